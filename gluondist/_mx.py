@@ -1,0 +1,10 @@
+"""Import MXNet once, with an error that says how to install it."""
+
+INSTALL_HINT = (
+    "pip install 'gluondist[cpu]' (CPU) or 'gluondist[cu117]' (CUDA 11.7; see README for others)"
+)
+
+try:
+    import mxnet as mx  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised only without MXNet
+    raise ImportError(f"gluondist needs MXNet, which failed to import ({exc}); install it: {INSTALL_HINT}") from exc

@@ -1,0 +1,23 @@
+"""Names of every environment variable gluondist reads or sets, in one place.
+
+The ``DMLC_*`` and ``PS_*`` names are ps-lite's (MXNet's parameter server); the ``GLUONDIST_*``
+names are ours, set by the launcher for the processes it starts.
+"""
+
+DMLC_ROLE = "DMLC_ROLE"  # scheduler | server | worker
+DMLC_PS_ROOT_URI = "DMLC_PS_ROOT_URI"  # scheduler address the others connect to
+DMLC_PS_ROOT_PORT = "DMLC_PS_ROOT_PORT"
+DMLC_NUM_WORKER = "DMLC_NUM_WORKER"
+DMLC_NUM_SERVER = "DMLC_NUM_SERVER"
+DMLC_NODE_HOST = "DMLC_NODE_HOST"  # address this node binds and advertises
+DMLC_INTERFACE = "DMLC_INTERFACE"
+PS_VERBOSE = "PS_VERBOSE"
+# ps-lite binds a worker or server to this port when set; on one host it hands out ranks
+# in ascending port order, which is how the launcher makes `worker r` equal `kv.rank == r`.
+PS_PORT = "PORT"
+
+OMP_NUM_THREADS = "OMP_NUM_THREADS"
+MXNET_CPU_WORKER_NTHREADS = "MXNET_CPU_WORKER_NTHREADS"
+
+GLUONDIST_RANK = "GLUONDIST_RANK"  # the launcher's rank for this worker
+GLUONDIST_KVSTORE = "GLUONDIST_KVSTORE"  # what kvstore='auto' means inside a launched job
