@@ -1,7 +1,29 @@
-"""gluondist: distributed training for Apache MXNet Gluon, started with one command."""
-from . import kvstore, parallel
-from .callbacks import Callback, EarlyStopping, History
-from .fit import fit
+"""gluondist: distributed training for Apache MXNet Gluon, started with one command.
+
+Attributes are imported lazily so that the launcher (and `gluondist --help`) start without
+loading MXNet, which takes seconds.
+"""
+import importlib
 
 __version__ = "0.1.0"
-__all__ = ["fit", "History", "Callback", "EarlyStopping", "kvstore", "parallel"]
+__all__ = ["fit", "launch", "LaunchOptions", "History", "Callback", "EarlyStopping", "kvstore",
+           "parallel"]
+
+_LAZY = {
+    "fit": ("gluondist.training", "fit"),
+    "History": ("gluondist.callbacks", "History"),
+    "Callback": ("gluondist.callbacks", "Callback"),
+    "EarlyStopping": ("gluondist.callbacks", "EarlyStopping"),
+    "launch": ("gluondist.launcher.api", "launch"),
+    "LaunchOptions": ("gluondist.launcher.options", "LaunchOptions"),
+    "kvstore": ("gluondist.kvstore", None),
+    "parallel": ("gluondist.parallel", None),
+}
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'gluondist' has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    value = importlib.import_module(module)
+    return value if attr is None else getattr(value, attr)

@@ -1,0 +1,173 @@
+"""The ``gluondist`` command. The only module that prints or handles signals."""
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sys
+import threading
+
+import click
+
+from . import envvars
+from .launcher.monitor import LaunchResult, is_pslite_chatter, run
+from .launcher.options import LaunchError, LaunchOptions
+from .launcher.plan import LaunchPlan, ProcessSpec
+
+
+class _Terminated(Exception):
+    def __init__(self, signum):
+        self.signum = signum
+
+
+def _say(message: str) -> None:
+    click.echo(f"gluondist: {message}", err=True)
+
+
+@click.group()
+@click.version_option(package_name="gluondist")
+def cli():
+    """Distributed training for Apache MXNet Gluon."""
+
+
+@cli.command(context_settings={"allow_interspersed_args": False})
+@click.option("-n", "--num-workers", type=int, default=1, show_default=True,
+              envvar="GLUONDIST_NUM_WORKERS", help="Worker processes.")
+@click.option("-s", "--num-servers", type=int, default=1, show_default=True,
+              envvar="GLUONDIST_NUM_SERVERS", help="Parameter-server processes.")
+@click.option("--kvstore", default="dist_sync", show_default=True, envvar="GLUONDIST_KVSTORE",
+              help="What kvstore='auto' means in the job: dist_sync, dist_async or "
+                   "dist_device_sync.")
+@click.option("--start-timeout", type=float, default=300.0, show_default=True,
+              help="Seconds for every worker and server to join before the job fails.")
+@click.option("--log-dir", type=click.Path(file_okay=False), envvar="GLUONDIST_LOG_DIR",
+              help="Also write each process's output to DIR/<role>.<rank>.log.")
+@click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE",
+              help="Set an environment variable in every process (repeatable).")
+@click.option("--threads", type=int, default=None,
+              help="OMP_NUM_THREADS per worker [default: cores / workers, unless set].")
+@click.option("--dry-run", is_flag=True, help="Print every process to start, start none.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs, threads,
+           dry_run, command):
+    """Run COMMAND (SCRIPT.py [ARGS] or -- ANY COMMAND) as a parameter-server job: a
+    scheduler, servers and workers on this machine, watched until the end.
+
+    The first process to fail is reported with its last lines, every other one is stopped,
+    and the exit code is the failing worker's own (128+N for signal N)."""
+    env = {}
+    for pair in env_pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise LaunchError(f"--env {pair!r}: write KEY=VALUE")
+        env[key] = value
+    options = LaunchOptions(tuple(command), num_workers, num_servers, kvstore,
+                            start_timeout=start_timeout, log_dir=log_dir, env=env,
+                            threads=threads).validate()
+    cores = os.cpu_count() or 1
+    if dry_run:
+        from .launcher.monitor import free_ports
+        from .launcher.plan import build_plan
+        port, *nodes = free_ports(1 + num_servers + num_workers)
+        _print_plan(build_plan(options, port, nodes, cores, os.environ))
+        return
+    hide_chatter = envvars.PS_VERBOSE not in os.environ
+    lock = threading.Lock()
+    out = click.get_text_stream("stdout")
+
+    def on_line(spec: ProcessSpec, line: str) -> None:
+        if hide_chatter and is_pslite_chatter(line):
+            return
+        with lock:  # one write per line: lines from different processes never mix
+            out.write(f"[{spec.label}] {line}\n")
+            out.flush()
+
+    def on_plan(plan: LaunchPlan) -> None:
+        for note in plan.notes:
+            _say(note)
+
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        result = run(options, on_line, cores, os.environ, on_plan=on_plan)
+    except KeyboardInterrupt:
+        _say("interrupted (SIGINT): stopped every process of the job")
+        sys.exit(130)
+    except _Terminated as exc:
+        _say(f"terminated ({signal.Signals(exc.signum).name}): stopped every process of the job")
+        sys.exit(128 + exc.signum)
+    _report(result)
+    sys.exit(result.exit_code)
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated(signum)
+
+
+def _print_plan(plan: LaunchPlan) -> None:
+    for spec in plan.specs:
+        click.echo(f"{spec.label} on {spec.host}: {shlex.join(spec.argv)}")
+        for key, value in spec.env.items():
+            click.echo(f"    {key}={value}")
+
+
+def _report(result: LaunchResult) -> None:
+    f = result.failure
+    if f is None:
+        if result.attempts > 1:
+            _say(f"the scheduler's port was taken; started again ({result.attempts} attempts)")
+        return
+    _say(f"{f.label} failed first: {f.reason}")
+    lines = f.traceback or f.tail
+    if lines:
+        _say(f"{'its traceback' if f.traceback else 'its last lines'}:")
+        for line in lines:
+            click.echo(f"    {line}", err=True)
+    if result.stopped:
+        _say(f"stopped {', '.join(result.stopped)}")
+    _say(f"exit code {result.exit_code}")
+
+
+@cli.command("env")
+def env_command():
+    """Show Python, MXNet and numpy versions, MXNet's build features, GPUs and cores."""
+    import platform
+    click.echo(f"python     {platform.python_version()} ({sys.executable})")
+    try:
+        import numpy
+        click.echo(f"numpy      {numpy.__version__}")
+    except ImportError:
+        click.echo("numpy      missing")
+    from ._mx import INSTALL_HINT
+    try:
+        import mxnet as mx
+    except ImportError as exc:
+        raise click.ClickException(f"MXNet does not import ({exc}); install it: {INSTALL_HINT}")
+    features = mx.runtime.Features()
+    flags = {name: features.is_enabled(name) for name in ("DIST_KVSTORE", "CUDA", "NCCL", "MKLDNN")}
+    click.echo(f"mxnet      {mx.__version__} ({os.path.dirname(mx.__file__)})")
+    click.echo("features   " + "  ".join(f"{k}={'yes' if v else 'no'}" for k, v in flags.items()))
+    click.echo(f"gpus       {mx.context.num_gpus()}")
+    click.echo(f"cores      {os.cpu_count()}")
+    if not flags["DIST_KVSTORE"]:
+        raise click.ClickException(
+            f"this MXNet build lacks DIST_KVSTORE, which parameter-server jobs need; "
+            f"install one that has it: {INSTALL_HINT}")
+
+
+def main(argv=None) -> None:
+    """Entry point: every error a single line, usage errors exit 2."""
+    try:
+        cli.main(args=argv, prog_name="gluondist", standalone_mode=False)
+    except LaunchError as exc:
+        _say(f"error: {exc}")
+        sys.exit(2)
+    except click.exceptions.Abort:
+        _say("aborted")
+        sys.exit(130)
+    except click.ClickException as exc:
+        _say(f"error: {exc.format_message()}")
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

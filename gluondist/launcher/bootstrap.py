@@ -1,0 +1,52 @@
+"""Runs a worker's script (``bootstrap.py SCRIPT.py ARGS`` or ``bootstrap.py -m MODULE ARGS``)
+and makes its failure end the process.
+
+MXNet's kvstore destructor waits in a barrier for every worker at exit, so a worker that
+raises or calls ``sys.exit(3)`` mid-training would hang there forever and the job with it. Here a
+failure prints its traceback, flushes, and leaves with ``os._exit`` (code k, or 1), skipping
+that barrier; the launcher then stops the rest. Success exits normally, through the barrier,
+which is what shuts the servers down. Standard library only: nothing imported before the script.
+"""
+import os
+import runpy
+import sys
+import traceback
+
+
+def _leave(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)
+
+
+def main(argv) -> None:
+    if not argv:
+        sys.stderr.write("usage: python -m gluondist.launcher.bootstrap SCRIPT.py|-m MODULE ...\n")
+        _leave(2)
+    try:
+        if argv[0] == "-m":
+            sys.argv = [argv[1], *argv[2:]]
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            script = os.path.abspath(argv[0])
+            sys.argv = [argv[0], *argv[1:]]
+            sys.path[0] = os.path.dirname(script)  # as `python SCRIPT.py` would have it
+            runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        if code is None or code == 0:
+            return
+        if not isinstance(code, int):
+            sys.stderr.write(f"{code}\n")
+            code = 1
+        _leave(code)
+    except BaseException:  # KeyboardInterrupt included: the job is going down anyway
+        traceback.print_exc()
+        _leave(1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,73 @@
+"""The one input type of the launcher, built by the CLI and by ``gluondist.launch()`` alike."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple
+
+DIST_KINDS = ("dist_sync", "dist_async", "dist_device_sync")
+
+
+class LaunchError(ValueError):
+    """Bad launcher input, found before any process starts. The message is one line."""
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What to launch. ``command`` is a ``.py`` script with its arguments (run with ``python``),
+    or any command. Validated by :meth:`validate` before anything starts."""
+
+    command: Tuple[str, ...]
+    num_workers: int = 1
+    num_servers: int = 1
+    kvstore: str = "dist_sync"
+    host: str = "127.0.0.1"
+    start_timeout: float = 300.0
+    log_dir: Optional[str] = None
+    env: Dict[str, str] = field(default_factory=dict)
+    threads: Optional[int] = None  # OMP_NUM_THREADS per worker; None: cores / local workers
+    python: str = sys.executable
+
+    def __post_init__(self):
+        object.__setattr__(self, "command", tuple(self.command))
+        object.__setattr__(self, "env", dict(self.env))
+
+    @property
+    def is_script(self) -> bool:
+        return bool(self.command) and self.command[0].endswith(".py")
+
+    def validate(self) -> "LaunchOptions":
+        """Raise :class:`LaunchError` naming the first problem; returns self."""
+        if not self.command:
+            raise LaunchError("nothing to run: give a SCRIPT.py or `-- COMMAND ...`")
+        head = self.command[0]
+        if self.is_script and not os.path.isfile(head):
+            raise LaunchError(f"script {head!r} not found; give the path of a .py file")
+        if not self.is_script and shutil.which(head) is None:
+            raise LaunchError(f"command {head!r} not found on PATH")
+        for name, value in (("-n/--num-workers", self.num_workers),
+                            ("-s/--num-servers", self.num_servers)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                hint = " (a parameter-server job needs a server)" if "server" in name else ""
+                raise LaunchError(f"{name} must be at least 1, got {value!r}{hint}")
+        if self.kvstore not in DIST_KINDS:
+            raise LaunchError(f"--kvstore {self.kvstore!r} is not a distributed kind; use one "
+                              f"of {', '.join(DIST_KINDS)}")
+        if not self.start_timeout > 0:
+            raise LaunchError(f"--start-timeout must be positive, got {self.start_timeout!r}")
+        if self.threads is not None and self.threads < 1:
+            raise LaunchError(f"--threads must be at least 1, got {self.threads!r}")
+        bad = [k for k in self.env if not k or "=" in k]
+        if bad:
+            raise LaunchError(f"--env {bad[0]!r}: write KEY=VALUE")
+        if self.log_dir is not None:
+            try:
+                os.makedirs(self.log_dir, exist_ok=True)
+            except OSError as exc:
+                raise LaunchError(f"--log-dir {self.log_dir!r} cannot be created: "
+                                  f"{exc.strerror}") from None
+            if not os.access(self.log_dir, os.W_OK | os.X_OK):
+                raise LaunchError(f"--log-dir {self.log_dir!r} is not writable")
+        return self

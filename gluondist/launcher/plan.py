@@ -1,0 +1,115 @@
+"""A pure function from options to the processes to start: testable without starting any."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional, Sequence, Tuple
+
+from .. import envvars as ev
+from .options import LaunchOptions
+
+# Scheduler and servers run MXNet's own server loop, which starts on import when DMLC_ROLE
+# is not 'worker' (mxnet/kvstore/kvstore_server.py); they never run the user's script.
+SERVER_ARGV = ("-c", "import mxnet")
+BOOTSTRAP = ("-m", "gluondist.launcher.bootstrap")
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    role: str  # scheduler | server | worker
+    rank: int
+    host: str
+    argv: Tuple[str, ...]
+    env: Mapping[str, str]  # what this process gets on top of the launcher's environment
+
+    @property
+    def label(self) -> str:
+        return self.role if self.role == "scheduler" else f"{self.role} {self.rank}"
+
+    @property
+    def log_name(self) -> str:
+        return self.label.replace(" ", ".") + ".log"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    port: int
+    specs: Tuple[ProcessSpec, ...]
+    notes: Tuple[str, ...] = ()
+
+    def of_role(self, role: str) -> Tuple[ProcessSpec, ...]:
+        return tuple(s for s in self.specs if s.role == role)
+
+
+def worker_argv(options: LaunchOptions) -> Tuple[str, ...]:
+    """The worker command. A ``.py`` script, or ``<this python> -m module``, runs under the
+    bootstrap, which ends the process at once on failure instead of letting MXNet's exit
+    barrier wait for workers that will never come."""
+    cmd = options.command
+    if options.is_script:
+        return (options.python, *BOOTSTRAP, *cmd)
+    if len(cmd) >= 3 and cmd[1] == "-m" and _same_file(cmd[0], options.python):
+        return (options.python, *BOOTSTRAP, *cmd[1:])
+    return cmd
+
+
+def _same_file(a: str, b: str) -> bool:
+    import shutil
+    found = shutil.which(a)
+    return found is not None and os.path.realpath(found) == os.path.realpath(b)
+
+
+def thread_count(options: LaunchOptions, cores: int, base_env: Mapping[str, str]) -> Optional[int]:
+    """OMP threads per worker, or None when the user already set OMP_NUM_THREADS."""
+    if ev.OMP_NUM_THREADS in base_env or ev.OMP_NUM_THREADS in options.env:
+        return None
+    return options.threads or max(1, cores // options.num_workers)
+
+
+def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = (),
+               cores: int = 1, base_env: Mapping[str, str] = None) -> LaunchPlan:
+    """The scheduler, servers and workers to start, in that order.
+
+    ``port`` is the scheduler's; ``node_ports`` (servers first, then workers), when given, fix
+    each node's port in ascending order so ps-lite's ranks equal ours. ``base_env`` is the
+    launcher's environment, read only to respect what the user set."""
+    base_env = {} if base_env is None else base_env
+    common = {
+        ev.DMLC_PS_ROOT_URI: options.host,
+        ev.DMLC_PS_ROOT_PORT: str(port),
+        ev.DMLC_NUM_WORKER: str(options.num_workers),
+        ev.DMLC_NUM_SERVER: str(options.num_servers),
+        ev.DMLC_NODE_HOST: options.host,
+    }
+    if ev.PS_VERBOSE not in base_env:
+        common[ev.PS_VERBOSE] = "1"  # the monitor reads ps-lite's join messages
+    threads = thread_count(options, cores, base_env)
+    notes = ()
+    if threads is not None:
+        notes = (f"OMP_NUM_THREADS={threads} for each of {options.num_workers} worker(s) on "
+                 f"{cores} core(s); set OMP_NUM_THREADS to override",)
+    ports = sorted(node_ports)
+    server_ports = ports[:options.num_servers]
+    worker_ports = ports[options.num_servers:]
+
+    def spec(role, rank, argv, extra):
+        env = {**common, ev.DMLC_ROLE: role, **extra, **options.env}
+        return ProcessSpec(role, rank, options.host, tuple(argv), env)
+
+    light = {ev.OMP_NUM_THREADS: "1"} if threads is not None else {}  # servers only add up
+    specs = [spec("scheduler", 0, (options.python, *SERVER_ARGV), light)]
+    for r in range(options.num_servers):
+        extra = dict(light)
+        if server_ports:
+            extra[ev.PS_PORT] = str(server_ports[r])
+        specs.append(spec("server", r, (options.python, *SERVER_ARGV), extra))
+    argv = worker_argv(options)
+    for r in range(options.num_workers):
+        extra = {ev.GLUONDIST_RANK: str(r), ev.GLUONDIST_KVSTORE: options.kvstore,
+                 "PYTHONUNBUFFERED": "1"}
+        if worker_ports:
+            extra[ev.PS_PORT] = str(worker_ports[r])
+        if threads is not None:
+            extra[ev.OMP_NUM_THREADS] = str(threads)
+        specs.append(spec("worker", r, argv, extra))
+    return LaunchPlan(port, tuple(specs), notes)
