@@ -66,9 +66,9 @@ def split(data, ctxs: Sequence["mx.Context"]) -> List[Optional["mx.nd.NDArray"]]
 
     Parts differ in size by at most one sample. When the batch is smaller than the number of
     contexts the trailing parts are None (no device gets an empty array to choke on)."""
-    n = data.shape[0]
-    bounds = np.linspace(0, n, len(ctxs) + 1).round().astype(int) if n >= len(ctxs) else \
-        np.minimum(np.arange(len(ctxs) + 1), n)
+    n, k = data.shape[0], len(ctxs)
+    sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]  # as np.array_split
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
     parts = []
     for ctx, lo, hi in zip(ctxs, bounds[:-1], bounds[1:]):
         if hi <= lo:

@@ -139,13 +139,14 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
     kind = kvs.resolve_kind(kvstore, len(ctxs))
     train, loader_batch = source(train_data, "train_data")
     val = source(val_data, "val_data")[0] if val_data is not None else None
-    batch_size = batch_size or loader_batch or 32
+    workers = kvs.num_workers() if kind in kvs.DIST_KINDS else 1
+    if batch_size is None:  # Keras' default, but never more than each worker's share
+        batch_size = loader_batch or max(1, min(32, len(train) // workers))
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
             or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, not {batch_size!r}")
     if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
         raise ValueError(f"epochs must be a non-negative integer, not {epochs!r}")
-    workers = kvs.num_workers() if kind in kvs.DIST_KINDS else 1
     if batch_size * workers > len(train):
         raise ValueError(f"batch_size {batch_size} x {workers} worker(s) exceeds the "
                          f"{len(train)} training samples; lower batch_size")
@@ -169,6 +170,12 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
 
     state = None
     if checkpoint_dir is not None:
+        try:
+            os.makedirs(checkpoint_dir, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"checkpoint_dir {checkpoint_dir}: {exc.strerror}") from None
+        if not os.access(checkpoint_dir, os.W_OK | os.X_OK):
+            raise ValueError(f"checkpoint_dir {checkpoint_dir} is not writable")
         state = checkpoint.load_latest(checkpoint_dir) if resume else None
         if state is not None and state["signature"] != _signature(net):
             raise ValueError(f"checkpoint_dir {checkpoint_dir} holds a checkpoint of a different "

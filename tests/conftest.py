@@ -1,0 +1,133 @@
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+HERE = Path(__file__).parent
+SCRIPTS = HERE / "scripts"
+ROOT = HERE.parent
+TAG = "GLUONDIST_TEST_TAG"
+
+
+def wait_until(predicate, timeout=60.0, interval=0.05, message="condition"):
+    """Poll ``predicate`` until it is truthy; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+def tagged_pids(tag):
+    """Pids of live processes whose environment carries ``GLUONDIST_TEST_TAG=tag``."""
+    needle = f"{TAG}={tag}".encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in env and state != b"Z":
+            pids.append(int(entry))
+    return pids
+
+
+class Job:
+    """A `gluondist launch` run in a subprocess, tagged so every process of it can be found."""
+
+    def __init__(self, args, cwd, env=None):
+        self.tag = uuid.uuid4().hex
+        self.args = args
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gluondist.cli", "launch", "--env", f"{TAG}={self.tag}",
+             *args], cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True)
+        self.out = self.err = ""
+
+    def wait(self, timeout=120):
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"launcher still running after {timeout}s: {self.args}")
+        self.out, self.err = out.decode(errors="replace"), err.decode(errors="replace")
+        return self.proc.returncode
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for pid in tagged_pids(self.tag):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.communicate()
+
+    def leftovers(self, timeout=10.0):
+        """Pids of the job still alive once ``timeout`` has passed (normally none at once)."""
+        deadline = time.monotonic() + timeout
+        while tagged_pids(self.tag) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return tagged_pids(self.tag)
+
+
+@pytest.fixture
+def launch(tmp_path):
+    """Start `gluondist launch ARGS` in tmp_path; every job is killed and checked at the end."""
+    jobs = []
+
+    def start(*args, env=None):
+        job = Job([str(a) for a in args], tmp_path, env)
+        jobs.append(job)
+        return job
+
+    yield start
+    for job in jobs:
+        if job.proc.poll() is None:
+            job.kill()
+        stray = tagged_pids(job.tag)
+        for pid in stray:
+            os.kill(pid, signal.SIGKILL)
+        assert not stray, f"processes of {job.args} outlived the test: {stray}"
+
+
+@pytest.fixture(scope="session")
+def digits():
+    from sklearn.datasets import load_digits
+    X, y = load_digits(return_X_y=True)
+    X = (X / 16.0).astype(np.float32)
+    order = np.random.RandomState(0).permutation(len(X))
+    return X[order], y[order].astype(np.float32)
+
+
+def mlp(hidden=32):
+    import mxnet as mx
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Dense(hidden, activation="relu"), mx.gluon.nn.Dense(10))
+    return net
+
+
+def param_sum(net):
+    return sum(float(p.data(p.list_ctx()[0]).abs().sum().asscalar())
+               for p in net.collect_params().values())
+
+
+def rel_diff(a, b):
+    return abs(a - b) / max(abs(a), abs(b), 1e-12)
