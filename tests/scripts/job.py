@@ -1,0 +1,55 @@
+"""A worker for launcher tests: `job.py ACTION [RANK]` (RANK: the worker that acts, or 'all').
+
+Every worker joins a dist_sync kvstore and runs a few push/pull rounds; then the acting worker
+does ACTION (exit: sys.exit(3), raise, sigkill, hang: write
+<rank>.hanging and sleep), while the others keep training, so they
+block on the missing peer as real workers would. `argv` prints the arguments and exits;
+`nojoin` makes the acting worker sleep instead of joining. Finished workers write <rank>.done.
+"""
+import os
+import signal
+import sys
+import time
+
+action = sys.argv[1] if len(sys.argv) > 1 else "ok"
+target = sys.argv[2] if len(sys.argv) > 2 else "none"
+rank = int(os.environ["GLUONDIST_RANK"])
+acts = target in ("all", str(rank))
+
+if action == "argv":
+    print("ARGV", sys.argv[1:])
+    sys.exit(0)
+if action == "nojoin" and acts:
+    time.sleep(600)
+
+import mxnet as mx  # noqa: E402
+
+kv = mx.kv.create("dist_sync")
+assert kv.rank == rank, (kv.rank, rank)
+kv.init(0, mx.nd.zeros((4,)))
+out = mx.nd.zeros((4,))
+
+
+def train_round():
+    kv.push(0, mx.nd.ones((4,)) * (rank + 1))
+    kv.pull(0, out=out)
+    out.wait_to_read()
+
+
+for _ in range(3):
+    train_round()
+print(f"worker {rank} pulled {out.asnumpy()[0]:g}", flush=True)
+if acts:
+    if action == "exit":
+        sys.exit(3)
+    if action == "raise":
+        raise RuntimeError("boom in worker")
+    if action == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if action == "hang":
+        open(f"{rank}.hanging", "w").close()
+        time.sleep(600)
+if action in ("exit", "raise", "sigkill"):
+    for _ in range(100000):  # blocks for good once the failed peer stops pushing
+        train_round()
+open(f"{rank}.done", "w").close()

@@ -1,0 +1,133 @@
+"""`gluondist launch` with real processes and real MXNet on loopback."""
+import os
+import signal
+import sys
+
+import pytest
+
+from conftest import SCRIPTS, tagged_pids, wait_until
+
+pytestmark = pytest.mark.slow
+JOB = str(SCRIPTS / "job.py")
+
+
+def role_pids(tag, role):
+    pids = []
+    for pid in tagged_pids(tag):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"DMLC_ROLE={role}".encode() in f.read().split(b"\0"):
+                    pids.append(pid)
+        except OSError:
+            pass
+    return pids
+
+
+def test_a_job_that_succeeds(launch, tmp_path):
+    job = launch("-n", 2, "-s", 1, "--log-dir", "logs", JOB, "ok")
+    assert job.wait() == 0, job.err
+    assert "[worker 0] worker 0 pulled 3" in job.out and "[worker 1] worker 1 pulled 3" in job.out
+    assert sorted(os.listdir(tmp_path / "logs")) == [
+        "scheduler.log", "server.0.log", "worker.0.log", "worker.1.log"]
+    assert "worker 1 pulled" in (tmp_path / "logs" / "worker.1.log").read_text()
+    assert {p.name for p in tmp_path.glob("*.done")} == {"0.done", "1.done"}
+    assert "ps-lite" not in job.out  # its routine chatter stays in the log files
+    assert job.leftovers() == []
+
+
+def test_worker_exit_code_is_the_jobs(launch, tmp_path):
+    job = launch("-n", 2, "-s", 1, JOB, "exit", 1)
+    assert job.wait() == 3
+    assert "worker 1 failed first: exit code 3" in job.err
+    assert "stopped scheduler, server 0, worker 0" in job.err
+    assert not list(tmp_path.glob("*.done"))
+    assert job.leftovers() == []
+
+
+def test_uncaught_exception_shows_its_traceback(launch):
+    job = launch("-n", 2, "-s", 1, JOB, "raise", 0)
+    assert job.wait() == 1
+    assert "worker 0 failed first: exit code 1" in job.err
+    assert "its traceback:" in job.err and "RuntimeError: boom in worker" in job.err
+    assert job.leftovers() == []
+
+
+def test_worker_killed_by_a_signal(launch):
+    job = launch("-n", 2, "-s", 1, JOB, "sigkill", 1)
+    assert job.wait() == 128 + signal.SIGKILL
+    assert "worker 1 failed first: killed by SIGKILL (often the out-of-memory killer" in job.err
+    assert job.leftovers() == []
+
+
+def test_server_killed(launch, tmp_path):
+    job = launch("-n", 2, "-s", 1, JOB, "hang", "all")
+    wait_until(lambda: len(list(tmp_path.glob("*.hanging"))) == 2, message="the job to run")
+    os.kill(role_pids(job.tag, "server")[0], signal.SIGKILL)
+    assert job.wait() == 128 + signal.SIGKILL
+    assert "server 0 failed first: killed by SIGKILL" in job.err
+    assert job.leftovers() == []
+
+
+@pytest.mark.parametrize("sig,code,name", [(signal.SIGINT, 130, "SIGINT"),
+                                           (signal.SIGTERM, 143, "SIGTERM")])
+def test_signals_to_the_launcher_stop_the_job(launch, tmp_path, sig, code, name):
+    job = launch("-n", 2, "-s", 1, JOB, "hang", "all")
+    wait_until(lambda: len(list(tmp_path.glob("*.hanging"))) == 2, message="the job to run")
+    job.proc.send_signal(sig)
+    assert job.wait(timeout=30) == code
+    assert f"interrupted ({name})" in job.err or f"terminated ({name})" in job.err
+    assert job.leftovers() == []
+
+
+def test_sigkill_to_the_launcher_still_ends_its_children(launch, tmp_path):
+    job = launch("-n", 2, "-s", 1, JOB, "hang", "all")
+    wait_until(lambda: len(list(tmp_path.glob("*.hanging"))) == 2, message="the job to run")
+    job.proc.send_signal(signal.SIGKILL)
+    job.proc.wait()
+    assert job.leftovers(timeout=10) == []
+
+
+def test_a_worker_that_never_joins_times_the_start_out(launch):
+    job = launch("-n", 2, "-s", 1, "--start-timeout", 8, JOB, "nojoin", 1)
+    assert job.wait() == 1
+    assert "the job did not form within 8s: worker 1 did not join" in job.err
+    assert job.leftovers() == []
+
+
+def test_script_arguments_that_look_like_ours_pass_through(launch):
+    job = launch("-n", 1, "-s", 1, JOB, "argv", "-n", "8", "--log-dir", "x")
+    assert job.wait() == 0, job.err
+    assert "[worker 0] ARGV ['argv', '-n', '8', '--log-dir', 'x']" in job.out
+
+
+def test_any_command_after_a_double_dash(launch, tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "train.py").write_text(
+        "import os, sys\nprint('module', os.environ['GLUONDIST_RANK'], sys.argv[1:])\n"
+        "sys.exit(int(sys.argv[1]))\n")
+    job = launch("-n", 2, "-s", 1, "--", sys.executable, "-m", "pkg.train", "0")
+    assert job.wait() == 0, job.err
+    assert "[worker 1] module 1 ['0']" in job.out
+    failing = launch("-n", 2, "-s", 1, "--", sys.executable, "-m", "pkg.train", "5")
+    assert failing.wait() == 5
+
+
+@pytest.mark.parametrize("args,message", [
+    (["missing.py"], "script 'missing.py' not found"),
+    (["-n", "0", JOB], "-n/--num-workers must be at least 1"),
+    (["-s", "0", JOB], "a parameter-server job needs a server"),
+    (["-s", "-1", JOB], "-s/--num-servers must be at least 1"),
+    (["--kvstore", "local", JOB], "--kvstore 'local' is not a distributed kind"),
+    (["--log-dir", "/proc/nope", JOB], "--log-dir '/proc/nope' cannot be created"),
+    (["--env", "NOVALUE", JOB], "write KEY=VALUE"),
+    (["-n", "two", JOB], "'two' is not a valid integer"),
+    (["--", "no-such-command-xyz"], "command 'no-such-command-xyz' not found"),
+    ([], "Missing argument"),
+])
+def test_bad_input_is_one_line_and_exit_2(launch, args, message):
+    job = launch(*args)
+    assert job.wait(timeout=30) == 2
+    lines = job.err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], job.err
+    assert job.out == ""

@@ -1,0 +1,115 @@
+import subprocess
+import sys
+
+import pytest
+
+from gluondist.launcher.options import LaunchError, LaunchOptions
+from gluondist.launcher.plan import ProcessSpec, build_plan
+from conftest import SCRIPTS
+
+PY = "/usr/bin/python3.11"
+JOB = str(SCRIPTS / "job.py")
+COMMON = {"DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": "9000", "DMLC_NUM_WORKER": "2",
+          "DMLC_NUM_SERVER": "1", "DMLC_NODE_HOST": "127.0.0.1", "PS_VERBOSE": "1"}
+BOOT = (PY, "-m", "gluondist.launcher.bootstrap")
+
+
+def test_plan_for_two_workers_and_one_server():
+    options = LaunchOptions((JOB, "-n", "8"), 2, 1, python=PY, env={"X": "1"})
+    plan = build_plan(options, 9000, [9103, 9101, 9102], cores=4, base_env={})
+    assert plan.port == 9000
+    assert plan.specs == (
+        ProcessSpec("scheduler", 0, "127.0.0.1", (PY, "-c", "import mxnet"),
+                    {**COMMON, "DMLC_ROLE": "scheduler", "OMP_NUM_THREADS": "1", "X": "1"}),
+        ProcessSpec("server", 0, "127.0.0.1", (PY, "-c", "import mxnet"),
+                    {**COMMON, "DMLC_ROLE": "server", "OMP_NUM_THREADS": "1", "PORT": "9101",
+                     "X": "1"}),
+        ProcessSpec("worker", 0, "127.0.0.1", (*BOOT, JOB, "-n", "8"),
+                    {**COMMON, "DMLC_ROLE": "worker", "GLUONDIST_RANK": "0",
+                     "GLUONDIST_KVSTORE": "dist_sync", "PYTHONUNBUFFERED": "1", "PORT": "9102",
+                     "OMP_NUM_THREADS": "2", "X": "1"}),
+        ProcessSpec("worker", 1, "127.0.0.1", (*BOOT, JOB, "-n", "8"),
+                    {**COMMON, "DMLC_ROLE": "worker", "GLUONDIST_RANK": "1",
+                     "GLUONDIST_KVSTORE": "dist_sync", "PYTHONUNBUFFERED": "1", "PORT": "9103",
+                     "OMP_NUM_THREADS": "2", "X": "1"}),
+    )
+    assert plan.notes == ("OMP_NUM_THREADS=2 for each of 2 worker(s) on 4 core(s); "
+                          "set OMP_NUM_THREADS to override",)
+    assert [s.log_name for s in plan.specs] == [
+        "scheduler.log", "server.0.log", "worker.0.log", "worker.1.log"]
+
+
+def test_what_the_user_set_wins():
+    options = LaunchOptions((JOB,), 2, 1, kvstore="dist_async", python=PY)
+    plan = build_plan(options, 9000, (), cores=2,
+                      base_env={"OMP_NUM_THREADS": "7", "PS_VERBOSE": "2"})
+    for spec in plan.specs:
+        assert "OMP_NUM_THREADS" not in spec.env and "PS_VERBOSE" not in spec.env
+        assert "PORT" not in spec.env
+    assert plan.of_role("worker")[0].env["GLUONDIST_KVSTORE"] == "dist_async"
+    assert plan.notes == ()
+    threads = build_plan(LaunchOptions((JOB,), 3, 1, threads=5, python=PY), 1, (), 2, {})
+    assert {s.env["OMP_NUM_THREADS"] for s in threads.of_role("worker")} == {"5"}
+    few_cores = build_plan(LaunchOptions((JOB,), 4, 1, python=PY), 1, (), 2, {})
+    assert {s.env["OMP_NUM_THREADS"] for s in few_cores.of_role("worker")} == {"1"}
+
+
+def test_commands_that_are_not_scripts():
+    module = build_plan(LaunchOptions((sys.executable, "-m", "pkg.train", "a"),
+                                      python=sys.executable), 1, (), 1, {})
+    assert module.of_role("worker")[0].argv == (
+        sys.executable, "-m", "gluondist.launcher.bootstrap", "-m", "pkg.train", "a")
+    other = build_plan(LaunchOptions(("env", "true"), python=sys.executable), 1, (), 1, {})
+    assert other.of_role("worker")[0].argv == ("env", "true")
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(command=()), "nothing to run"),
+    (dict(command=("nope.py",)), "not found"),
+    (dict(num_workers=0), "at least 1"),
+    (dict(num_servers=0), "needs a server"),
+    (dict(kvstore="device"), "not a distributed kind"),
+    (dict(start_timeout=0), "--start-timeout"),
+    (dict(threads=0), "--threads"),
+    (dict(env={"A=B": "1"}), "KEY=VALUE"),
+])
+def test_options_are_checked_before_anything_starts(kwargs, message):
+    args = dict(command=(JOB,))
+    args.update(kwargs)
+    with pytest.raises(LaunchError, match=message):
+        LaunchOptions(**args).validate()
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "gluondist.cli", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_dry_run_prints_every_process_and_starts_none(tmp_path):
+    proc = run_cli("launch", "--dry-run", "-n", "2", "-s", "1", JOB, "--flag")
+    assert proc.returncode == 0, proc.stderr
+    heads = [l for l in proc.stdout.splitlines() if not l.startswith(" ")]
+    assert [h.split(" on ")[0] for h in heads] == ["scheduler", "server 0", "worker 0", "worker 1"]
+    assert heads[2].endswith(f"-m gluondist.launcher.bootstrap {JOB} --flag")
+    assert "    DMLC_ROLE=worker" in proc.stdout and "    GLUONDIST_RANK=1" in proc.stdout
+
+
+def test_env_reports_the_build():
+    proc = run_cli("env")
+    assert proc.returncode == 0, proc.stderr
+    assert "mxnet      1.9.1" in proc.stdout and "DIST_KVSTORE=yes" in proc.stdout
+    assert "gpus       0" in proc.stdout
+
+
+def test_env_without_mxnet_names_the_install_command(tmp_path):
+    # A package named mxnet that fails to import, first on the path: what a broken install does.
+    (tmp_path / "mxnet").mkdir()
+    (tmp_path / "mxnet" / "__init__.py").write_text("raise ImportError('libmxnet.so missing')\n")
+    proc = subprocess.run([sys.executable, "-m", "gluondist.cli", "env"], capture_output=True,
+                          text=True, timeout=60, env={**__import__("os").environ,
+                                                      "PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "gluondist: error: MXNet does not import (libmxnet.so missing); install it: "
+        "pip install 'gluondist[cpu]' (CPU) or 'gluondist[cu117]' (CUDA 11.7; see README for "
+        "others)")
