@@ -6,6 +6,9 @@ loading MXNet, which takes seconds.
 import importlib
 
 __version__ = "0.1.0"
+INSTALL_HINT = (
+    "pip install 'gluondist[cpu]' (CPU) or 'gluondist[cu117]' (CUDA 11.7; see README for others)"
+)
 __all__ = ["fit", "launch", "LaunchOptions", "History", "Callback", "EarlyStopping", "kvstore",
            "parallel"]
 

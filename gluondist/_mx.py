@@ -1,8 +1,6 @@
 """Import MXNet once, with an error that says how to install it."""
 
-INSTALL_HINT = (
-    "pip install 'gluondist[cpu]' (CPU) or 'gluondist[cu117]' (CUDA 11.7; see README for others)"
-)
+from . import INSTALL_HINT
 
 try:
     import mxnet as mx  # noqa: F401

@@ -137,7 +137,7 @@ def env_command():
         click.echo(f"numpy      {numpy.__version__}")
     except ImportError:
         click.echo("numpy      missing")
-    from ._mx import INSTALL_HINT
+    from . import INSTALL_HINT
     try:
         import mxnet as mx
     except ImportError as exc:
