@@ -73,7 +73,7 @@ def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs,
         return
     hide_chatter = envvars.PS_VERBOSE not in os.environ
     lock = threading.Lock()
-    out = click.get_text_stream("stdout")
+    out = sys.stdout
 
     def on_line(spec: ProcessSpec, line: str) -> None:
         if hide_chatter and is_pslite_chatter(line):

@@ -115,14 +115,17 @@ def create(kind: str = "auto", num_contexts: int = 1):
 
 
 def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
-                 num_contexts: int = 1):
+                 num_contexts: int = 1, batch_size: Optional[int] = None):
     """A ``gluon.Trainer`` whose kvstore semantics are right, ready for the first step.
 
     ``kvstore`` is a kind (see :func:`create`) or a KVStore. Sync modes update on the workers
     (``update_on_kvstore=False``); ``dist_async`` on the servers. With a distributed kvstore the
     parameters must already be initialised with known shapes (run one forward pass first): they
     are broadcast from worker 0 and every worker waits at a barrier before this returns, so the
-    first pull cannot race a gradient push. Call ``step()`` with the *global* batch size."""
+    first pull cannot race a gradient push. Call ``step()`` with the *global* batch size.
+
+    ``dist_async`` applies each worker's gradient alone, with a scale fixed when the optimizer
+    is sent to the servers (here): give ``batch_size``, the local size every ``step()`` uses."""
     kv = create(kvstore, num_contexts) if isinstance(kvstore, str) or kvstore is None else kvstore
     dist = kv is not None and "dist" in kv.type
     update_on_kvstore = None if kv is None else (dist and "async" in kv.type)
@@ -134,6 +137,11 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
             raise ValueError(
                 f"parameters {', '.join(pending[:3])} have unknown shapes; run one forward pass "
                 "(or give in_units) before make_trainer so worker 0 can broadcast them")
+        if update_on_kvstore:
+            if batch_size is None:
+                raise ValueError("dist_async needs make_trainer(..., batch_size=LOCAL_BATCH): "
+                                 "the servers fix the gradient scale when they get the optimizer")
+            trainer._optimizer.rescale_grad = trainer._scale / batch_size
         # Trainer would do this lazily inside the first step(), after the forward pass; doing
         # it now and waiting closes the init-pull / gradient-push race described above.
         trainer._init_kvstore()

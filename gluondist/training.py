@@ -2,6 +2,7 @@
 launched parameter-server job, with the same call."""
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import random
@@ -103,12 +104,10 @@ def _check_optimizer(optimizer, optimizer_params):
     return params, clip
 
 
-def _agree_on_seed(seed: Optional[int]) -> int:
-    if seed is not None:
-        return int(seed)
-    # Every worker must shuffle alike: take worker 0's random seed.
-    mine = random.SystemRandom().randrange(2 ** 31) if kvs.rank() == 0 else 0
-    return int(kvs.allreduce([mine])[0])
+def _job_seed() -> int:
+    """A seed every worker of this job derives alike (it differs from job to job)."""
+    job = f"{os.environ.get('DMLC_PS_ROOT_URI')}:{os.environ.get('DMLC_PS_ROOT_PORT')}"
+    return int(hashlib.sha256(job.encode()).hexdigest()[:8], 16) % (2 ** 31)
 
 
 def _signature(net) -> List[tuple]:
@@ -186,18 +185,21 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
 
     kv = kvs.create(kind, len(ctxs)) if kind is not None else None
     dist = kv is not None and "dist" in kv.type
+    async_mode = dist and "async" in kv.type
+    # Sums over workers go through the servers, which in async mode apply the optimizer to
+    # every push: there each worker reports its own metrics and stops on its own.
+    agree = dist and not async_mode
     rank, workers = (kv.rank, kv.num_workers) if dist else (0, 1)
-    seed = _agree_on_seed(seed) if dist else (seed if seed is not None else
-                                              random.SystemRandom().randrange(2 ** 31))
+    if seed is None:
+        seed = _job_seed() if dist else random.SystemRandom().randrange(2 ** 31)
     start = state["epoch"] + 1 if state is not None else 0
-    if dist:
+    if agree:
         total, squares = kvs.allreduce([start, start * start])
         if workers * squares != total * total:
             raise RuntimeError("workers found different checkpoints in checkpoint_dir: it must "
                                "be one directory that every worker sees (a shared filesystem)")
     trainer = kvs.make_trainer(net.collect_params(), optimizer, opt_params or None, kv or kind,
-                               len(ctxs))
-    async_mode = dist and "async" in kv.type
+                               len(ctxs), batch_size)
     if state is not None and state.get("trainer") is not None:
         _load_trainer_states(trainer, state["trainer"], checkpoint_dir)
 
@@ -241,14 +243,15 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
                         "loss": float(batch_loss.asscalar()) / len(idx) if not empty else float("nan")}
                 for cb in callbacks:
                     cb.on_batch_end(run, batch, logs)
-            if run.stop_training and not dist:
+            if run.stop_training and not agree:
                 break
         logs = _reduce({"loss": (0.0 if loss_sum is None else float(loss_sum.asscalar()), count)},
-                       metric_list, dist)
+                       metric_list, agree)
         if val is not None:
             logs.update({f"val_{k}": v for k, v in
-                         _evaluate(net, loss, val, metric_list, ctxs, batch_size, workers, rank,
-                                   dist).items()})
+                         _evaluate(net, loss, val, metric_list, ctxs, batch_size,
+                                   workers if agree else 1, rank if agree else 0,
+                                   agree).items()})
         history.append(epoch, logs)
         if bar is not None:
             bar.set_postfix({k: f"{v:.4g}" for k, v in logs.items()})
@@ -264,7 +267,7 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
                 "trainer": None if async_mode else _trainer_states(trainer, checkpoint_dir),
                 "history": history.history, "rng": {"python": random.getstate(),
                                                     "numpy": np.random.get_state()}})
-        if dist:
+        if agree:
             run.stop_training = kvs.allreduce([float(run.stop_training)])[0] > 0
         if run.stop_training:
             break

@@ -43,9 +43,18 @@ def main(argv) -> None:
             sys.stderr.write(f"{code}\n")
             code = 1
         _leave(code)
-    except BaseException:  # KeyboardInterrupt included: the job is going down anyway
-        traceback.print_exc()
+    except BaseException as exc:  # KeyboardInterrupt included: the job is going down anyway
+        _print_user_traceback(exc)
         _leave(1)
+
+
+def _print_user_traceback(exc: BaseException) -> None:
+    """The traceback as `python SCRIPT.py` would show it: without this file's and runpy's frames."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__) or (
+            tb is not None and "runpy" in tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,76 @@
+"""The same fit() script in one process and under `gluondist launch`."""
+import json
+import sys
+
+import numpy as np
+import pytest
+
+import gluondist
+from conftest import SCRIPTS, rel_diff
+
+sys.path.insert(0, str(SCRIPTS))
+import fit_job  # noqa: E402
+
+pytestmark = pytest.mark.slow
+SCRIPT = str(SCRIPTS / "fit_job.py")
+
+
+def one_process(epochs, batch, opts=None):
+    train, val = fit_job.data()
+    model = fit_job.net()
+    history = gluondist.fit(model, train, val_data=val, epochs=epochs, batch_size=batch, seed=11,
+                            optimizer_params=fit_job.optimizer_params(opts or {}))
+    params = {k: p.data().asnumpy() for k, p in model._collect_params_with_prefix().items()}
+    return params, history.history
+
+
+def job_results(path, workers):
+    params = [dict(np.load(path / f"params.{r}.npz")) for r in range(workers)]
+    histories = [json.loads((path / f"history.{r}.json").read_text()) for r in range(workers)]
+    return params, histories
+
+
+def total(params):
+    return sum(float(np.abs(v).sum()) for v in params.values())
+
+
+@pytest.mark.parametrize("opts", [{}, {"clip": 0.3, "schedule": True}])
+def test_two_workers_of_32_compute_one_process_of_64(launch, tmp_path, opts):
+    job = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 3, 32, json.dumps(opts))
+    assert job.wait(timeout=300) == 0, job.err
+    (p0, p1), (h0, h1) = job_results(tmp_path, 2)
+    for key in p0:  # every worker ends with the same parameters
+        assert np.array_equal(p0[key], p1[key]), key
+    ref, ref_history = one_process(3, 64, opts)
+    assert rel_diff(total(ref), total(p0)) <= 1e-4
+    # metrics, validation included, cover all workers' shares: the same as one process
+    assert h0 == h1
+    for key in ("loss", "accuracy", "val_loss", "val_accuracy"):
+        assert np.allclose(h0[key], ref_history[key], rtol=1e-4, atol=1e-6), key
+    assert job.leftovers() == []
+
+
+def test_a_crashed_job_resumes_from_its_checkpoint(launch, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    crash = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 4, 32,
+                   json.dumps({"ckpt": str(ckpt), "crash_in_epoch": 2}))
+    assert crash.wait(timeout=300) == 1
+    assert "RuntimeError: worker 1 crashes in epoch 2" in crash.err
+    assert sorted(p.name for p in ckpt.iterdir()) == ["epoch-0000.ckpt", "epoch-0001.ckpt"]
+    resumed = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 4, 32, json.dumps({"ckpt": str(ckpt)}))
+    assert resumed.wait(timeout=300) == 0, resumed.err
+    (p0, _), (h0, _) = job_results(tmp_path, 2)
+    ref, ref_history = one_process(4, 64)
+    assert rel_diff(total(ref), total(p0)) <= 1e-4
+    assert np.allclose(h0["loss"], ref_history["loss"], rtol=1e-4)
+    assert crash.leftovers() == [] and resumed.leftovers() == []
+
+
+def test_dist_async_trains(launch, tmp_path):
+    job = launch("-n", 2, "-s", 1, "--kvstore", "dist_async", SCRIPT, tmp_path, 6, 16,
+                 json.dumps({"clip": 1.0, "lr": 0.05}))
+    assert job.wait(timeout=300) == 0, job.err
+    _, histories = job_results(tmp_path, 2)
+    for h in histories:  # in async mode each worker reports its own share
+        assert h["loss"][-1] < h["loss"][0] * 0.8
+        assert h["val_loss"][-1] < h["val_loss"][0]
