@@ -218,7 +218,10 @@ class ShardedBatchSampler:
         gbs = self.global_batch_size
         for start in range(0, len(self) * gbs, gbs):
             batch = order[start:start + gbs]
-            yield np.array_split(batch, self.num_workers)[self.rank], len(batch)
+            if self.num_workers == 1:
+                yield batch, len(batch)
+            else:
+                yield np.array_split(batch, self.num_workers)[self.rank], len(batch)
 
     def __iter__(self) -> Iterator[List[int]]:
         for local, _ in self.batches():
@@ -255,7 +258,7 @@ def train_parameter_server(net, X, y, epochs: int = 1, batch_size: int = 32, los
                 scale=0.0 if empty else 1.0)
             trainer.step(global_count)  # servers sum all workers' gradients: divide by all
             if not empty:
-                total += batch_losses[0].sum()
+                total += batch_losses[0].sum()  # one context: never None here
                 count += len(idx)
         losses.append(total.asscalar() / max(count, 1))
     return losses

@@ -66,6 +66,10 @@ def split(data, ctxs: Sequence["mx.Context"]) -> List[Optional["mx.nd.NDArray"]]
 
     Parts differ in size by at most one sample. When the batch is smaller than the number of
     contexts the trailing parts are None (no device gets an empty array to choke on)."""
+    if len(ctxs) == 1:  # the common case, on the hot path: no slicing arithmetic
+        if isinstance(data, mx.nd.NDArray):
+            return [data.as_in_context(ctxs[0])]
+        return [mx.nd.array(data, ctx=ctxs[0], dtype=data.dtype)]
     n, k = data.shape[0], len(ctxs)
     sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]  # as np.array_split
     bounds = np.concatenate([[0], np.cumsum(sizes)])
@@ -104,33 +108,33 @@ def initialize(net, ctxs: Sequence["mx.Context"], sample=None, init=None) -> Non
 
 def forward_backward(net, loss_fn, data_parts, label_parts, ctxs: Sequence["mx.Context"],
                      scale: float = 1.0):
-    """Record forward and backward on every context; returns ``(outputs, losses)`` of the
-    non-empty parts, in order.
+    """Record forward and backward on every context; returns ``(outputs, losses)``, one entry
+    per context, None where its part was None.
 
     A context whose part is None (a batch smaller than the device count) runs one sample of
     another part with a zero weight, so its gradients are fresh zeros and the trainer's step
     still covers every context. ``scale`` multiplies every loss before backward (0 makes a
     worker with an empty share of the last global batch push zeros and keep in step)."""
-    from mxnet import autograd
-
     filled = [i for i, part in enumerate(data_parts) if part is not None]
     if not filled:
         raise ValueError("forward_backward needs at least one non-empty part")
     donor = filled[0]
     outputs, losses, heads = [], [], []
-    with autograd.record():
+    with mx.autograd.record():
         for ctx, data, label in zip(ctxs, data_parts, label_parts):
             if data is None:
                 data = data_parts[donor][:1].as_in_context(ctx)
                 label = label_parts[donor][:1].as_in_context(ctx)
                 heads.append(loss_fn(net(data), label) * 0)
+                outputs.append(None)
+                losses.append(None)
                 continue
             out = net(data)
             loss = loss_fn(out, label)
             outputs.append(out)
             losses.append(loss)
             heads.append(loss * scale if scale != 1.0 else loss)
-    autograd.backward(heads)
+    mx.autograd.backward(heads)
     return outputs, losses
 
 
@@ -174,6 +178,6 @@ def train_data_parallel(net, X, y, ctx: Contexts = None, epochs: int = 1, batch_
             _, batch_losses = forward_backward(net, loss, split(X[idx], ctxs), split(y[idx], ctxs),
                                                ctxs)
             trainer.step(count)
-            total += sum(l.sum().asscalar() for l in batch_losses)
+            total += sum(l.sum().asscalar() for l in batch_losses if l is not None)
         losses.append(total / len(X))
     return losses

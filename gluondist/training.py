@@ -31,24 +31,31 @@ class Run:
 
 
 class _Accuracy:
-    """Accuracy accumulated on the device: no host sync per batch (mx.metric's does one)."""
+    """Accuracy accumulated on each device: no host sync per batch (mx.metric's does one)."""
     name = "accuracy"
 
     def __init__(self):
         self.reset()
 
     def reset(self):
-        self.correct, self.count = None, 0
+        self.correct, self.count = {}, 0
 
     def update(self, labels, preds):
-        for label, pred in zip(labels, preds):
-            hits = (pred.argmax(axis=-1) == label.reshape(pred.shape[:-1]).astype(pred.dtype))
-            hits = hits.sum().as_in_context(mx.cpu())
-            self.correct = hits if self.correct is None else self.correct + hits
+        """``labels``/``preds``: one per context, None where a context had no samples."""
+        for i, (label, pred) in enumerate(zip(labels, preds)):
+            if pred is None:
+                continue
+            if label.ndim != pred.ndim - 1:
+                label = label.reshape(pred.shape[:-1])
+            hits = (pred.argmax(axis=-1) == label.astype(pred.dtype, copy=False)).sum()
+            if i in self.correct:  # keyed by context position: cheap, and stays on its device
+                self.correct[i] += hits
+            else:
+                self.correct[i] = hits
             self.count += label.shape[0]
 
     def sums(self):
-        return (0.0 if self.correct is None else float(self.correct.asscalar())), self.count
+        return float(sum(c.asscalar() for c in self.correct.values())), self.count
 
 
 class _Wrapped:
@@ -59,7 +66,8 @@ class _Wrapped:
         self.reset = metric.reset
 
     def update(self, labels, preds):
-        self.metric.update(labels, preds)
+        pairs = [(l, p) for l, p in zip(labels, preds) if p is not None]
+        self.metric.update([l for l, _ in pairs], [p for _, p in pairs])
 
     def sums(self):
         return float(self.metric.sum_metric), self.metric.num_inst
@@ -220,7 +228,7 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
             cb.on_epoch_begin(run, epoch)
         for m in metric_list:
             m.reset()
-        loss_sum, count = None, 0
+        loss_sums, count = {}, 0
         bar = _bar(len(sampler), epoch, epochs) if show_bar else None
         for batch, (idx, global_count) in enumerate(sampler.batches()):
             empty = len(idx) == 0  # this worker's share of a tiny last batch: push zeros
@@ -231,22 +239,28 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
             outputs, losses = parallel.forward_backward(net, loss, data, label, ctxs, scale)
             _step(trainer, ctxs, batch_size if async_mode else global_count, clip, async_mode)
             if not empty:
-                batch_loss = mx.nd.add_n(*[l.sum().as_in_context(mx.cpu()) for l in losses])
-                loss_sum = batch_loss if loss_sum is None else loss_sum + batch_loss
+                for i, l in enumerate(losses):  # summed on its device; read once per epoch
+                    if l is None:
+                        continue
+                    if i in loss_sums:
+                        loss_sums[i] += l.sum()
+                    else:
+                        loss_sums[i] = l.sum()
                 count += len(idx)
                 for m in metric_list:
-                    m.update([l for l in label if l is not None], outputs)
+                    m.update(label, outputs)
             if bar is not None:
                 bar.update(1)
             if wants_batch_logs:
+                batch_loss = sum(float(l.sum().asscalar()) for l in losses if l is not None)
                 logs = {"batch": batch, "size": len(idx),
-                        "loss": float(batch_loss.asscalar()) / len(idx) if not empty else float("nan")}
+                        "loss": batch_loss / len(idx) if not empty else float("nan")}
                 for cb in callbacks:
                     cb.on_batch_end(run, batch, logs)
             if run.stop_training and not agree:
                 break
-        logs = _reduce({"loss": (0.0 if loss_sum is None else float(loss_sum.asscalar()), count)},
-                       metric_list, agree)
+        loss_sum = sum(float(l.asscalar()) for l in loss_sums.values())
+        logs = _reduce({"loss": (loss_sum, count)}, metric_list, agree)
         if val is not None:
             logs.update({f"val_{k}": v for k, v in
                          _evaluate(net, loss, val, metric_list, ctxs, batch_size,
