@@ -1,4 +1,4 @@
-"""A hand-written dist_sync worker used by launcher_overhead.py: `dist_worker.py MODE [STEPS]`.
+"""A hand-written dist_sync worker for the benchmarks: `dist_worker.py MODE [STEPS [HIDDEN BATCH]]`.
 
 train: an MLP trained for STEPS steps; rank 0 prints `THROUGHPUT <steps/s>` measured after
 warm-up. trivial: join the job and leave. die: rank 1 trains a little, writes the time to
@@ -13,15 +13,16 @@ from mxnet import autograd, gluon
 
 mode = sys.argv[1]
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+hidden = int(sys.argv[3]) if len(sys.argv) > 3 else 256
+batch = int(sys.argv[4]) if len(sys.argv) > 4 else 64
 kv = mx.kv.create("dist_sync")
 if mode == "trivial":
     sys.exit(0)
 
 net = gluon.nn.HybridSequential()
-net.add(gluon.nn.Dense(256, activation="relu"), gluon.nn.Dense(256, activation="relu"),
+net.add(gluon.nn.Dense(hidden, activation="relu"), gluon.nn.Dense(hidden, activation="relu"),
         gluon.nn.Dense(10))
 net.initialize(mx.init.Xavier())
-batch = 64
 x, y = mx.nd.random.uniform(shape=(batch, 128)), mx.nd.random.randint(0, 10, (batch,))
 net(x)
 trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01}, kvstore=kv,

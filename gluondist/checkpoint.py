@@ -1,8 +1,9 @@
 """Per-epoch checkpoints that a crash cannot corrupt.
 
 One file per epoch, ``epoch-0003.ckpt``, written to a temporary name, flushed to disk, then
-renamed over: a process killed mid-write leaves only a stray ``.tmp`` file and every earlier
-checkpoint intact. The two newest are kept.
+renamed over: a process killed mid-write leaves only a stray ``.tmp`` file (removed by the next
+save) and every earlier checkpoint intact. The two newest are kept. Only one process (worker 0)
+writes to a directory.
 """
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ def save(directory, epoch: int, state: dict) -> Path:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     _fsync_dir(directory)
+    for stray in directory.glob(".epoch-*.tmp"):  # left by a writer killed mid-write
+        stray.unlink(missing_ok=True)
     for old in _epochs(directory)[:-KEEP]:
         (directory / f"epoch-{old:04d}.ckpt").unlink(missing_ok=True)
     return path

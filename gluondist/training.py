@@ -190,6 +190,8 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
         if state is not None:
             _set_params(net, state["params"])
             seed = state["seed"]
+            random.setstate(state["rng"]["python"])  # for user code that draws from them
+            np.random.set_state(state["rng"]["numpy"])
 
     kv = kvs.create(kind, len(ctxs)) if kind is not None else None
     dist = kv is not None and "dist" in kv.type

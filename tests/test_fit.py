@@ -265,3 +265,4 @@ def test_kill_during_a_checkpoint_write_keeps_the_previous_one(tmp_path):
     gluondist.fit(full, (X, y), epochs=3, batch_size=16, seed=5, optimizer_params=OPT)
     assert len(h.history["loss"]) == 3
     assert rel_diff(param_sum(full), param_sum(resumed)) <= 1e-4
+    assert sorted(os.listdir(ckpt)) == ["epoch-0001.ckpt", "epoch-0002.ckpt"]  # stray tmp gone

@@ -131,3 +131,37 @@ def test_bad_input_is_one_line_and_exit_2(launch, args, message):
     lines = job.err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], job.err
     assert job.out == ""
+
+
+def test_a_taken_scheduler_port_is_retried_on_another(tmp_path):
+    import socket
+    import uuid
+
+    from conftest import TAG
+    from gluondist.launcher import monitor
+    from gluondist.launcher.options import LaunchOptions
+
+    tag = uuid.uuid4().hex
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        calls = []
+
+        def ports(count, host):
+            fresh = monitor.free_ports(count, host)
+            calls.append(fresh)
+            return [taken.getsockname()[1], *fresh[1:]] if len(calls) == 1 else fresh
+
+        cwd = os.getcwd()
+        os.chdir(tmp_path)
+        try:
+            options = LaunchOptions((JOB, "ok"), 1, 1, env={TAG: tag})
+            result = monitor.run(options, lambda spec, line: None, ports=ports)
+        finally:
+            os.chdir(cwd)
+            stray = tagged_pids(tag)
+            for pid in stray:
+                os.kill(pid, signal.SIGKILL)
+    assert (result.exit_code, result.attempts) == (0, 2), result.failure
+    assert (tmp_path / "0.done").exists()
+    assert stray == []

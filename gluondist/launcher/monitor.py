@@ -55,15 +55,15 @@ def free_ports(count: int, host: str = "127.0.0.1") -> List[int]:
 
 def run(options: LaunchOptions, on_line: Callable[[ProcessSpec, str], None],
         cores: int = 1, base_env=None, transport=None,
-        on_plan: Callable[[LaunchPlan], None] = None) -> LaunchResult:
+        on_plan: Callable[[LaunchPlan], None] = None, ports=free_ports) -> LaunchResult:
     """Validate, start the job, watch it, and stop every process before returning.
 
-    ``on_line(spec, line)`` receives each line of output. A KeyboardInterrupt (or any other
-    exception) stops the job and propagates."""
+    ``on_line(spec, line)`` receives each line of output; ``ports(count, host)`` picks the
+    ports of each attempt. A KeyboardInterrupt (or any other exception) stops the job and
+    propagates."""
     options.validate()
     for attempt in range(1, PORT_ATTEMPTS + 1):
-        port, *node_ports = free_ports(1 + options.num_servers + options.num_workers,
-                                       options.host)
+        port, *node_ports = ports(1 + options.num_servers + options.num_workers, options.host)
         plan = build_plan(options, port, node_ports, cores, base_env)
         if on_plan is not None and attempt == 1:
             on_plan(plan)
