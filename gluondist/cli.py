@@ -46,10 +46,14 @@ def cli():
               help="Set an environment variable in every process (repeatable).")
 @click.option("--threads", type=int, default=None,
               help="OMP_NUM_THREADS per worker [default: cores / workers, unless set].")
+@click.option("--max-restarts", type=int, default=0, show_default=True,
+              envvar="GLUONDIST_MAX_RESTARTS",
+              help="Start a failed job again (all of it, fresh ports) up to this many times; "
+                   "fit(checkpoint_dir=...) resumes from the last complete epoch.")
 @click.option("--dry-run", is_flag=True, help="Print every process to start, start none.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs, threads,
-           dry_run, command):
+           max_restarts, dry_run, command):
     """Run COMMAND (SCRIPT.py [ARGS] or -- ANY COMMAND) as a parameter-server job: a
     scheduler, servers and workers on this machine, watched until the end.
 
@@ -63,7 +67,7 @@ def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs,
         env[key] = value
     options = LaunchOptions(tuple(command), num_workers, num_servers, kvstore,
                             start_timeout=start_timeout, log_dir=log_dir, env=env,
-                            threads=threads).validate()
+                            threads=threads, max_restarts=max_restarts).validate()
     cores = os.cpu_count() or 1
     if dry_run:
         from .launcher.monitor import free_ports
@@ -86,9 +90,13 @@ def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs,
         for note in plan.notes:
             _say(note)
 
+    def on_restart(failed: LaunchResult, number: int) -> None:
+        _report(failed)
+        _say(f"restarting the job ({number} of {max_restarts})")
+
     signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        result = run(options, on_line, cores, os.environ, on_plan=on_plan)
+        result = run(options, on_line, cores, os.environ, on_plan=on_plan, on_restart=on_restart)
     except KeyboardInterrupt:
         _say("interrupted (SIGINT): stopped every process of the job")
         sys.exit(130)
@@ -113,8 +121,8 @@ def _print_plan(plan: LaunchPlan) -> None:
 def _report(result: LaunchResult) -> None:
     f = result.failure
     if f is None:
-        if result.attempts > 1:
-            _say(f"the scheduler's port was taken; started again ({result.attempts} attempts)")
+        if result.restarts:
+            _say(f"succeeded after {len(result.restarts)} restart(s)")
         return
     _say(f"{f.label} failed first: {f.reason}")
     lines = f.traceback or f.tail

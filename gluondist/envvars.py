@@ -21,3 +21,4 @@ MXNET_CPU_WORKER_NTHREADS = "MXNET_CPU_WORKER_NTHREADS"
 
 GLUONDIST_RANK = "GLUONDIST_RANK"  # the launcher's rank for this worker
 GLUONDIST_KVSTORE = "GLUONDIST_KVSTORE"  # what kvstore='auto' means inside a launched job
+GLUONDIST_RESTART_COUNT = "GLUONDIST_RESTART_COUNT"  # 0 on the first attempt, then 1, 2, ...

@@ -121,6 +121,7 @@ def test_any_command_after_a_double_dash(launch, tmp_path):
     (["--kvstore", "local", JOB], "--kvstore 'local' is not a distributed kind"),
     (["--log-dir", "/proc/nope", JOB], "--log-dir '/proc/nope' cannot be created"),
     (["--env", "NOVALUE", JOB], "write KEY=VALUE"),
+    (["--max-restarts", "-1", JOB], "--max-restarts must be 0 or more"),
     (["-n", "two", JOB], "'two' is not a valid integer"),
     (["--", "no-such-command-xyz"], "command 'no-such-command-xyz' not found"),
     ([], "Missing argument"),

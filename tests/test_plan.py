@@ -26,11 +26,13 @@ def test_plan_for_two_workers_and_one_server():
                      "X": "1"}),
         ProcessSpec("worker", 0, "127.0.0.1", (*BOOT, JOB, "-n", "8"),
                     {**COMMON, "DMLC_ROLE": "worker", "GLUONDIST_RANK": "0",
-                     "GLUONDIST_KVSTORE": "dist_sync", "PYTHONUNBUFFERED": "1", "PORT": "9102",
+                     "GLUONDIST_KVSTORE": "dist_sync", "GLUONDIST_RESTART_COUNT": "0",
+                     "PYTHONUNBUFFERED": "1", "PORT": "9102",
                      "OMP_NUM_THREADS": "2", "X": "1"}),
         ProcessSpec("worker", 1, "127.0.0.1", (*BOOT, JOB, "-n", "8"),
                     {**COMMON, "DMLC_ROLE": "worker", "GLUONDIST_RANK": "1",
-                     "GLUONDIST_KVSTORE": "dist_sync", "PYTHONUNBUFFERED": "1", "PORT": "9103",
+                     "GLUONDIST_KVSTORE": "dist_sync", "GLUONDIST_RESTART_COUNT": "0",
+                     "PYTHONUNBUFFERED": "1", "PORT": "9103",
                      "OMP_NUM_THREADS": "2", "X": "1"}),
     )
     assert plan.notes == ("OMP_NUM_THREADS=2 for each of 2 worker(s) on 4 core(s); "

@@ -14,19 +14,21 @@ from .plan import ProcessSpec
 def launch(command: Union[str, Sequence[str]], *args: str, num_workers: int = 1,
            num_servers: int = 1, kvstore: str = "dist_sync", log_dir: Optional[str] = None,
            env: Optional[Dict[str, str]] = None, start_timeout: float = 300.0,
-           threads: Optional[int] = None, echo: bool = True) -> LaunchResult:
+           threads: Optional[int] = None, max_restarts: int = 0,
+           echo: bool = True) -> LaunchResult:
     """Run ``command`` (a ``.py`` script, or a command as a list) with ``args`` as a job of
     ``num_workers`` workers and ``num_servers`` servers on this machine, and wait for it.
 
     Returns a LaunchResult: ``exit_code`` (0, the first failing worker's code, or 128+N for
     signal N), ``failure`` (who failed first and why, with its last lines), and ``logs``
-    (each process's output lines, by label such as ``'worker 0'``). ``echo`` prints the lines
+    (each process's output lines, by label such as ``'worker 0'``; a restarted job's lines
+    follow the failed attempt's), and ``restarts`` (the failures restarted from). ``echo`` prints the lines
     as they come, prefixed with the process. Raises LaunchError for bad options before
     anything starts; an interrupt stops the whole job and propagates."""
     cmd = [command] if isinstance(command, str) else list(command)
     options = LaunchOptions(tuple(cmd) + tuple(args), num_workers, num_servers, kvstore,
                             start_timeout=start_timeout, log_dir=log_dir, env=env or {},
-                            threads=threads)
+                            threads=threads, max_restarts=max_restarts)
     logs: Dict[str, List[str]] = {}
     lock = threading.Lock()
 

@@ -41,6 +41,7 @@ class LaunchResult:
     stopped: List[str] = field(default_factory=list)  # labels stopped by the teardown
     attempts: int = 1
     plan: Optional[LaunchPlan] = None
+    restarts: List[Failure] = field(default_factory=list)  # the failures restarted from
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> List[int]:
@@ -55,17 +56,20 @@ def free_ports(count: int, host: str = "127.0.0.1") -> List[int]:
 
 def run(options: LaunchOptions, on_line: Callable[[ProcessSpec, str], None],
         cores: int = 1, base_env=None, transport=None,
-        on_plan: Callable[[LaunchPlan], None] = None, ports=free_ports) -> LaunchResult:
+        on_plan: Callable[[LaunchPlan], None] = None, ports=free_ports,
+        on_restart: Callable[[LaunchResult, int], None] = None) -> LaunchResult:
     """Validate, start the job, watch it, and stop every process before returning.
 
     ``on_line(spec, line)`` receives each line of output; ``ports(count, host)`` picks the
-    ports of each attempt. A KeyboardInterrupt (or any other exception) stops the job and
-    propagates."""
+    ports of each attempt. A failed job is started again, on fresh ports, up to
+    ``options.max_restarts`` times; ``on_restart(failed_result, restart_number)`` hears of each.
+    A KeyboardInterrupt (or any other exception) stops the job and propagates."""
     options.validate()
-    for attempt in range(1, PORT_ATTEMPTS + 1):
+    restarts, port_retries, failures = 0, 0, []
+    while True:
         port, *node_ports = ports(1 + options.num_servers + options.num_workers, options.host)
-        plan = build_plan(options, port, node_ports, cores, base_env)
-        if on_plan is not None and attempt == 1:
+        plan = build_plan(options, port, node_ports, cores, base_env, restarts)
+        if on_plan is not None and restarts == port_retries == 0:
             on_plan(plan)
         joins = _Joins(on_line)
         group = ProcessGroup(plan.specs, joins, options.log_dir, transport)
@@ -75,12 +79,21 @@ def run(options: LaunchOptions, on_line: Callable[[ProcessSpec, str], None],
         finally:
             stopped = group.close()
         result.stopped = [s.label for s in stopped]
-        result.attempts, result.plan = attempt, plan
-        if _scheduler_port_taken(result) and attempt < PORT_ATTEMPTS:
+        result.attempts, result.plan = 1 + restarts + port_retries, plan
+        if result.exit_code == 0:
+            result.restarts = failures
+            return result
+        if _scheduler_port_taken(result) and port_retries < PORT_ATTEMPTS - 1:
             log.warning("the scheduler's port %d was taken; retrying on another", port)
+            port_retries += 1
             continue
-        return result
-    raise AssertionError("unreachable")
+        if restarts >= options.max_restarts:
+            result.restarts = failures
+            return result
+        restarts += 1
+        failures.append(result.failure)
+        if on_restart is not None:
+            on_restart(result, restarts)
 
 
 def _scheduler_port_taken(result: LaunchResult) -> bool:

@@ -28,6 +28,7 @@ class LaunchOptions:
     log_dir: Optional[str] = None
     env: Dict[str, str] = field(default_factory=dict)
     threads: Optional[int] = None  # OMP_NUM_THREADS per worker; None: cores / local workers
+    max_restarts: int = 0  # start a failed job again, from scratch, at most this many times
     python: str = sys.executable
 
     def __post_init__(self):
@@ -57,6 +58,9 @@ class LaunchOptions:
                               f"of {', '.join(DIST_KINDS)}")
         if not self.start_timeout > 0:
             raise LaunchError(f"--start-timeout must be positive, got {self.start_timeout!r}")
+        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) \
+                or self.max_restarts < 0:
+            raise LaunchError(f"--max-restarts must be 0 or more, got {self.max_restarts!r}")
         if self.threads is not None and self.threads < 1:
             raise LaunchError(f"--threads must be at least 1, got {self.threads!r}")
         bad = [k for k in self.env if not k or "=" in k]

@@ -67,12 +67,14 @@ def thread_count(options: LaunchOptions, cores: int, base_env: Mapping[str, str]
 
 
 def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = (),
-               cores: int = 1, base_env: Mapping[str, str] = None) -> LaunchPlan:
+               cores: int = 1, base_env: Mapping[str, str] = None,
+               restart: int = 0) -> LaunchPlan:
     """The scheduler, servers and workers to start, in that order.
 
     ``port`` is the scheduler's; ``node_ports`` (servers first, then workers), when given, fix
     each node's port in ascending order so ps-lite's ranks equal ours. ``base_env`` is the
-    launcher's environment, read only to respect what the user set."""
+    launcher's environment, read only to respect what the user set. ``restart`` counts the
+    restarts before this attempt."""
     base_env = {} if base_env is None else base_env
     common = {
         ev.DMLC_PS_ROOT_URI: options.host,
@@ -106,7 +108,7 @@ def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = ()
     argv = worker_argv(options)
     for r in range(options.num_workers):
         extra = {ev.GLUONDIST_RANK: str(r), ev.GLUONDIST_KVSTORE: options.kvstore,
-                 "PYTHONUNBUFFERED": "1"}
+                 ev.GLUONDIST_RESTART_COUNT: str(restart), "PYTHONUNBUFFERED": "1"}
         if worker_ports:
             extra[ev.PS_PORT] = str(worker_ports[r])
         if threads is not None:
