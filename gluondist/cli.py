@@ -10,6 +10,7 @@ import threading
 import click
 
 from . import envvars
+from .launcher.hosts import parse_hostfile, parse_inline
 from .launcher.monitor import LaunchResult, is_pslite_chatter, run
 from .launcher.options import LaunchError, LaunchOptions
 from .launcher.plan import LaunchPlan, ProcessSpec
@@ -50,10 +51,21 @@ def cli():
               envvar="GLUONDIST_MAX_RESTARTS",
               help="Start a failed job again (all of it, fresh ports) up to this many times; "
                    "fit(checkpoint_dir=...) resumes from the last complete epoch.")
+@click.option("--launcher", "launcher_kind", default="local", show_default=True,
+              envvar="GLUONDIST_LAUNCHER", help="local, or ssh to place processes on -H hosts.")
+@click.option("-H", "--hosts", "hosts_arg", metavar="HOSTFILE|HOST:SLOTS,...",
+              envvar="GLUONDIST_HOSTS",
+              help="A hostfile (lines `host slots=N`) or inline host1:2,host2:2.")
+@click.option("--interface", default=None, help="Network interface ps-lite uses on each host.")
+@click.option("--gpus-per-worker", type=int, default=0, show_default=True,
+              help="Give each worker its own GPUs on its host (CUDA_VISIBLE_DEVICES).")
+@click.option("--ssh-config", type=click.Path(dir_okay=False), default=None,
+              help="An ssh client configuration file (ssh -F).")
 @click.option("--dry-run", is_flag=True, help="Print every process to start, start none.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs, threads,
-           max_restarts, dry_run, command):
+           max_restarts, launcher_kind, hosts_arg, interface, gpus_per_worker, ssh_config,
+           dry_run, command):
     """Run COMMAND (SCRIPT.py [ARGS] or -- ANY COMMAND) as a parameter-server job: a
     scheduler, servers and workers on this machine, watched until the end.
 
@@ -65,9 +77,12 @@ def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs,
         if not sep or not key:
             raise LaunchError(f"--env {pair!r}: write KEY=VALUE")
         env[key] = value
+    hosts, source = _read_hosts(hosts_arg) if hosts_arg else ((), "the hosts")
     options = LaunchOptions(tuple(command), num_workers, num_servers, kvstore,
                             start_timeout=start_timeout, log_dir=log_dir, env=env,
-                            threads=threads, max_restarts=max_restarts).validate()
+                            threads=threads, max_restarts=max_restarts, launcher=launcher_kind,
+                            hosts=hosts, hosts_source=source, interface=interface,
+                            gpus_per_worker=gpus_per_worker, ssh_config=ssh_config).validate()
     cores = os.cpu_count() or 1
     if dry_run:
         from .launcher.monitor import free_ports
@@ -107,6 +122,17 @@ def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs,
     sys.exit(result.exit_code)
 
 
+def _read_hosts(arg: str):
+    if ":" in arg or "," in arg:
+        return parse_inline(arg), f"-H {arg}"
+    try:
+        with open(arg) as f:
+            return parse_hostfile(f.read(), arg), arg
+    except OSError as exc:
+        raise LaunchError(f"-H {arg!r}: {exc.strerror}; give a hostfile or HOST:SLOTS,...") \
+            from None
+
+
 def _raise_terminated(signum, frame):
     raise _Terminated(signum)
 
@@ -124,7 +150,8 @@ def _report(result: LaunchResult) -> None:
         if result.restarts:
             _say(f"succeeded after {len(result.restarts)} restart(s)")
         return
-    _say(f"{f.label} failed first: {f.reason}")
+    where = f" on {f.host}" if f.host and result.plan and result.plan.spans_hosts else ""
+    _say(f"{f.label}{where} failed first: {f.reason}")
     lines = f.traceback or f.tail
     if lines:
         _say(f"{'its traceback' if f.traceback else 'its last lines'}:")

@@ -26,7 +26,8 @@ def role_pids(tag, role):
 def test_a_job_that_succeeds(launch, tmp_path):
     job = launch("-n", 2, "-s", 1, "--log-dir", "logs", JOB, "ok")
     assert job.wait() == 0, job.err
-    assert "[worker 0] worker 0 pulled 3" in job.out and "[worker 1] worker 1 pulled 3" in job.out
+    assert "[worker 0] worker 0 on 127.0.0.1 pulled 3" in job.out
+    assert "[worker 1] worker 1 on 127.0.0.1 pulled 3" in job.out
     assert sorted(os.listdir(tmp_path / "logs")) == [
         "scheduler.log", "server.0.log", "worker.0.log", "worker.1.log"]
     assert "worker 1 pulled" in (tmp_path / "logs" / "worker.1.log").read_text()

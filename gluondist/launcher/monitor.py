@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import socket
 import time
@@ -30,6 +31,7 @@ POLL = 0.05
 class Failure:
     label: str  # "worker 1", "server 0", "scheduler", or "job" for a start timeout
     reason: str  # one line
+    host: str = ""
     tail: List[str] = field(default_factory=list)  # last lines of its output
     traceback: List[str] = field(default_factory=list)
 
@@ -65,6 +67,11 @@ def run(options: LaunchOptions, on_line: Callable[[ProcessSpec, str], None],
     ``options.max_restarts`` times; ``on_restart(failed_result, restart_number)`` hears of each.
     A KeyboardInterrupt (or any other exception) stops the job and propagates."""
     options.validate()
+    if transport is None and options.launcher == "ssh":
+        from .ssh import SshTransport, preflight
+        preflight([h.name for h in options.hosts], options.python, options.ssh_config)
+        transport = SshTransport(options.python, os.environ if base_env is None else base_env,
+                                 os.getcwd(), options.ssh_config)
     restarts, port_retries, failures = 0, 0, []
     while True:
         port, *node_ports = ports(1 + options.num_servers + options.num_workers, options.host)
@@ -152,7 +159,8 @@ def _failed(group: ProcessGroup, spec: ProcessSpec, returncode: int) -> LaunchRe
     child.reader.join(timeout=1.0)  # let its last lines arrive
     tail = [l for l in child.tail if not PSLITE.match(l) or _is_error(l)]
     return LaunchResult(exit_status(returncode),
-                        Failure(spec.label, describe_exit(returncode), tail[-15:], _traceback(tail)))
+                        Failure(spec.label, describe_exit(returncode), host=spec.host,
+                                tail=tail[-15:], traceback=_traceback(tail)))
 
 
 def _timed_out(plan: LaunchPlan, joins: _Joins, timeout: float) -> LaunchResult:

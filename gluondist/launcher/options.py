@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
 DIST_KINDS = ("dist_sync", "dist_async", "dist_device_sync")
+LAUNCHERS = ("local", "ssh")
 
 
 class LaunchError(ValueError):
@@ -29,11 +30,18 @@ class LaunchOptions:
     env: Dict[str, str] = field(default_factory=dict)
     threads: Optional[int] = None  # OMP_NUM_THREADS per worker; None: cores / local workers
     max_restarts: int = 0  # start a failed job again, from scratch, at most this many times
+    launcher: str = "local"  # local | ssh
+    hosts: Tuple = ()  # Host(name, slots) for ssh, from -H
+    hosts_source: str = "the hosts"  # how to name them in messages ("hosts.txt")
+    interface: Optional[str] = None  # network interface ps-lite binds on each host
+    gpus_per_worker: int = 0  # CUDA_VISIBLE_DEVICES: each worker its own GPUs on its host
+    ssh_config: Optional[str] = None  # passed to ssh as -F
     python: str = sys.executable
 
     def __post_init__(self):
         object.__setattr__(self, "command", tuple(self.command))
         object.__setattr__(self, "env", dict(self.env))
+        object.__setattr__(self, "hosts", tuple(self.hosts))
 
     @property
     def is_script(self) -> bool:
@@ -61,6 +69,21 @@ class LaunchOptions:
         if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) \
                 or self.max_restarts < 0:
             raise LaunchError(f"--max-restarts must be 0 or more, got {self.max_restarts!r}")
+        if self.launcher not in LAUNCHERS:
+            raise LaunchError(f"unknown launcher {self.launcher!r}; use one of "
+                              f"{', '.join(LAUNCHERS)}")
+        if self.launcher == "ssh" and not self.hosts:
+            raise LaunchError("--launcher ssh needs hosts: -H hostfile or -H host1:2,host2:2")
+        if self.launcher == "local" and self.hosts:
+            raise LaunchError("-H places processes on other hosts: add --launcher ssh")
+        if self.hosts:
+            from .hosts import place
+            place(self.hosts, self.num_workers, self.num_servers, self.hosts_source)
+        if isinstance(self.gpus_per_worker, bool) or not isinstance(self.gpus_per_worker, int) \
+                or self.gpus_per_worker < 0:
+            raise LaunchError(f"--gpus-per-worker must be 0 or more, got {self.gpus_per_worker!r}")
+        if self.ssh_config is not None and not os.path.isfile(self.ssh_config):
+            raise LaunchError(f"--ssh-config {self.ssh_config!r} not found")
         if self.threads is not None and self.threads < 1:
             raise LaunchError(f"--threads must be at least 1, got {self.threads!r}")
         bad = [k for k in self.env if not k or "=" in k]

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 from .. import envvars as ev
+from .hosts import Placement, gpu_list, place
 from .options import LaunchOptions
 
 # Scheduler and servers run MXNet's own server loop, which starts on import when DMLC_ROLE
@@ -37,6 +38,10 @@ class LaunchPlan:
     specs: Tuple[ProcessSpec, ...]
     notes: Tuple[str, ...] = ()
 
+    @property
+    def spans_hosts(self) -> bool:
+        return len({s.host for s in self.specs}) > 1
+
     def of_role(self, role: str) -> Tuple[ProcessSpec, ...]:
         return tuple(s for s in self.specs if s.role == role)
 
@@ -59,9 +64,17 @@ def _same_file(a: str, b: str) -> bool:
     return found is not None and os.path.realpath(found) == os.path.realpath(b)
 
 
+def pslite_order(hosts: Sequence[str]) -> list:
+    """Indices of ``hosts`` in the order ps-lite ranks their nodes. Its scheduler sorts nodes
+    with ``(a.hostname.compare(b.hostname) | (a.port < b.port)) > 0``: descending host name,
+    then ascending port; the plan gives each host's nodes ascending ports in index order."""
+    return sorted(range(len(hosts)), key=lambda i: hosts[i], reverse=True)  # stable
+
+
 def thread_count(options: LaunchOptions, cores: int, base_env: Mapping[str, str]) -> Optional[int]:
-    """OMP threads per worker, or None when the user already set OMP_NUM_THREADS."""
-    if ev.OMP_NUM_THREADS in base_env or ev.OMP_NUM_THREADS in options.env:
+    """OMP threads per worker, or None when the user already set OMP_NUM_THREADS or the
+    workers run on other hosts (whose cores the launcher does not know)."""
+    if ev.OMP_NUM_THREADS in base_env or ev.OMP_NUM_THREADS in options.env or options.hosts:
         return None
     return options.threads or max(1, cores // options.num_workers)
 
@@ -72,17 +85,27 @@ def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = ()
     """The scheduler, servers and workers to start, in that order.
 
     ``port`` is the scheduler's; ``node_ports`` (servers first, then workers), when given, fix
-    each node's port in ascending order so ps-lite's ranks equal ours. ``base_env`` is the
+    each node's port in ascending order so ps-lite's ranks equal ours (see pslite_order; on
+    another host such a port is only probably free: if taken, ps-lite picks another and
+    ``gluondist.kvstore.rank()`` still follows the kvstore). ``base_env`` is the
     launcher's environment, read only to respect what the user set. ``restart`` counts the
     restarts before this attempt."""
     base_env = {} if base_env is None else base_env
+    if options.hosts:
+        placement = place(options.hosts, options.num_workers, options.num_servers,
+                          options.hosts_source)
+    else:
+        placement = Placement(options.host, (options.host,) * options.num_servers,
+                              (options.host,) * options.num_workers,
+                              tuple(range(options.num_workers)))
     common = {
-        ev.DMLC_PS_ROOT_URI: options.host,
+        ev.DMLC_PS_ROOT_URI: placement.scheduler,
         ev.DMLC_PS_ROOT_PORT: str(port),
         ev.DMLC_NUM_WORKER: str(options.num_workers),
         ev.DMLC_NUM_SERVER: str(options.num_servers),
-        ev.DMLC_NODE_HOST: options.host,
     }
+    if options.interface:
+        common[ev.DMLC_INTERFACE] = options.interface
     if ev.PS_VERBOSE not in base_env:
         common[ev.PS_VERBOSE] = "1"  # the monitor reads ps-lite's join messages
     threads = thread_count(options, cores, base_env)
@@ -94,24 +117,28 @@ def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = ()
     server_ports = ports[:options.num_servers]
     worker_ports = ports[options.num_servers:]
 
-    def spec(role, rank, argv, extra):
-        env = {**common, ev.DMLC_ROLE: role, **extra, **options.env}
-        return ProcessSpec(role, rank, options.host, tuple(argv), env)
+    def spec(role, rank, host, argv, extra):
+        env = {**common, ev.DMLC_NODE_HOST: host, ev.DMLC_ROLE: role, **extra, **options.env}
+        return ProcessSpec(role, rank, host, tuple(argv), env)
 
     light = {ev.OMP_NUM_THREADS: "1"} if threads is not None else {}  # servers only add up
-    specs = [spec("scheduler", 0, (options.python, *SERVER_ARGV), light)]
-    for r in range(options.num_servers):
+    specs = [spec("scheduler", 0, placement.scheduler, (options.python, *SERVER_ARGV), light)]
+    for r, i in enumerate(pslite_order(placement.servers)):
         extra = dict(light)
         if server_ports:
             extra[ev.PS_PORT] = str(server_ports[r])
-        specs.append(spec("server", r, (options.python, *SERVER_ARGV), extra))
+        specs.append(spec("server", r, placement.servers[i], (options.python, *SERVER_ARGV),
+                          extra))
     argv = worker_argv(options)
-    for r in range(options.num_workers):
+    for r, i in enumerate(pslite_order(placement.workers)):
         extra = {ev.GLUONDIST_RANK: str(r), ev.GLUONDIST_KVSTORE: options.kvstore,
                  ev.GLUONDIST_RESTART_COUNT: str(restart), "PYTHONUNBUFFERED": "1"}
         if worker_ports:
             extra[ev.PS_PORT] = str(worker_ports[r])
         if threads is not None:
             extra[ev.OMP_NUM_THREADS] = str(threads)
-        specs.append(spec("worker", r, argv, extra))
+        if options.gpus_per_worker:
+            extra[ev.CUDA_VISIBLE_DEVICES] = gpu_list(placement.local_ranks[i],
+                                                      options.gpus_per_worker)
+        specs.append(spec("worker", r, placement.workers[i], argv, extra))
     return LaunchPlan(port, tuple(specs), notes)

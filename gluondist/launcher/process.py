@@ -161,6 +161,8 @@ def describe_exit(returncode: int) -> str:
         hint = " (often the out-of-memory killer: see `dmesg`)" if -returncode == signal.SIGKILL \
             else ""
         return f"killed by {name}{hint}"
+    if 128 < returncode <= 128 + 64:  # a shell's or a remote wrapper's way to say "signal"
+        return f"exit code {returncode} (128+{returncode - 128}: {_signal_name(returncode - 128)})"
     return f"exit code {returncode}"
 
 

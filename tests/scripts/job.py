@@ -38,7 +38,7 @@ def train_round():
 
 for _ in range(3):
     train_round()
-print(f"worker {rank} pulled {out.asnumpy()[0]:g}", flush=True)
+print(f"worker {rank} on {os.environ['DMLC_NODE_HOST']} pulled {out.asnumpy()[0]:g}", flush=True)
 if acts:
     if action == "exit":
         sys.exit(3)

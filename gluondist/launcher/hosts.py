@@ -1,0 +1,84 @@
+"""Hosts and placement for multi-machine jobs: pure functions, tested against literal values."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import List, Sequence, Tuple
+
+from .options import LaunchError
+
+_LINE = re.compile(r"^(?P<host>[^\s#]+)(?:\s+slots\s*=\s*(?P<slots>\d+))?\s*$")
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str  # what ssh connects to, and the address the job's nodes use
+    slots: int = 1  # how many workers it takes
+
+
+def parse_hostfile(text: str, source: str = "hostfile") -> Tuple[Host, ...]:
+    """Lines ``host slots=N`` (slots default 1); ``#`` comments and blank lines allowed."""
+    hosts = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = _LINE.match(line)
+        if not m or (m.group("slots") is not None and int(m.group("slots")) < 1):
+            raise LaunchError(f"{source} line {number}: {raw.strip()!r} is not `HOST slots=N` "
+                              "with N >= 1")
+        hosts.append(Host(m.group("host"), int(m.group("slots") or 1)))
+    if not hosts:
+        raise LaunchError(f"{source} names no hosts")
+    return _no_repeats(hosts, source)
+
+
+def parse_inline(text: str) -> Tuple[Host, ...]:
+    """``host1:2,host2:2`` (slots default 1)."""
+    hosts = []
+    for part in text.split(","):
+        name, _, slots = part.strip().partition(":")
+        if not name or (slots and (not slots.isdigit() or int(slots) < 1)):
+            raise LaunchError(f"-H {text!r}: write HOST:SLOTS,HOST:SLOTS (slots >= 1)")
+        hosts.append(Host(name, int(slots or 1)))
+    return _no_repeats(hosts, f"-H {text!r}")
+
+
+def _no_repeats(hosts: List[Host], source: str) -> Tuple[Host, ...]:
+    seen = set()
+    for host in hosts:
+        if host.name in seen:
+            raise LaunchError(f"{source} names host {host.name!r} twice; give its slots once")
+        seen.add(host.name)
+    return tuple(hosts)
+
+
+@dataclass(frozen=True)
+class Placement:
+    scheduler: str
+    servers: Tuple[str, ...]
+    workers: Tuple[str, ...]  # host of worker r
+    local_ranks: Tuple[int, ...]  # worker r's index among the workers on its host
+
+
+def place(hosts: Sequence[Host], num_workers: int, num_servers: int,
+          source: str = "the hosts") -> Placement:
+    """Scheduler on the first host, servers spread round-robin over the hosts, workers filling
+    each host's slots in order."""
+    total = sum(h.slots for h in hosts)
+    if num_workers > total:
+        raise LaunchError(f"-n {num_workers} exceeds the {total} slots in {source}; "
+                          "lower -n or add hosts")
+    workers, local = [], []
+    for host in hosts:
+        for i in range(min(host.slots, num_workers - len(workers))):
+            workers.append(host.name)
+            local.append(i)
+    servers = tuple(hosts[i % len(hosts)].name for i in range(num_servers))
+    return Placement(hosts[0].name, servers, tuple(workers), tuple(local))
+
+
+def gpu_list(local_rank: int, gpus_per_worker: int) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for a worker: its own consecutive GPUs on its host."""
+    first = local_rank * gpus_per_worker
+    return ",".join(str(g) for g in range(first, first + gpus_per_worker))

@@ -1,0 +1,124 @@
+"""Start a plan's processes on other hosts over ssh.
+
+ssh runs non-interactively (BatchMode: no password prompt can hang the job). The remote side is
+a short Python program (WRAPPER) that reads the process's argv, environment and working
+directory as one JSON line from stdin, so none of it is quoted into a shell or shown by `ps`,
+then runs the command in its own session and keeps reading stdin: when stdin ends (the
+launcher stopped, died, or lost its connection) it kills the command's whole process tree.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from .. import envvars as ev
+from .options import LaunchError
+from .plan import ProcessSpec
+
+# Names never forwarded: they describe the launcher's own host or session, or are set per
+# process by the plan.
+DENY = {"HOME", "PWD", "OLDPWD", "SHELL", "USER", "LOGNAME", "HOSTNAME", "TERM", "DISPLAY",
+        "SHLVL", "_", "MAIL", "TMPDIR", "LS_COLORS", "PS1", "KRB5CCNAME", "XAUTHORITY",
+        ev.CUDA_VISIBLE_DEVICES}
+DENY_PREFIXES = ("SSH_", "XDG_", "DMLC_", "PS_", "GLUONDIST_", "BASH_FUNC_")
+
+WRAPPER = r"""
+import json, os, signal, subprocess, sys, threading
+job = json.loads(sys.stdin.readline())
+try:
+    os.chdir(job["cwd"])
+except OSError as e:
+    print("gluondist: cannot enter %s on this host: %s" % (job["cwd"], e.strerror), flush=True)
+    sys.exit(2)
+env = dict(os.environ)
+env.update(job["env"])
+child = subprocess.Popen(job["argv"], env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+def stop(*_):
+    for sig, wait in ((signal.SIGTERM, 3), (signal.SIGKILL, None)):
+        try:
+            os.killpg(child.pid, sig)
+            child.wait(wait)
+            break
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    os._exit(128 + signal.SIGTERM)
+def watch():
+    while sys.stdin.readline():
+        pass
+    stop()
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGHUP, stop)
+threading.Thread(target=watch, daemon=True).start()
+code = child.wait()
+try:
+    os.killpg(child.pid, signal.SIGKILL)  # whatever the command left behind
+except OSError:
+    pass
+sys.exit(128 - code if code < 0 else code)
+"""
+
+PREFLIGHT = ("import importlib.util, sys; "
+             "sys.exit(0 if importlib.util.find_spec('mxnet') else 3)")
+
+
+def forwarded_env(base_env: Mapping[str, str]) -> Dict[str, str]:
+    """The launcher's environment minus what describes its own host or session."""
+    return {k: v for k, v in base_env.items()
+            if k not in DENY and not k.startswith(DENY_PREFIXES)}
+
+
+def ssh_argv(host: str, remote: Sequence[str], ssh_config: Optional[str] = None) -> List[str]:
+    """The ssh command running ``remote`` on ``host``. The one place a command is quoted into a
+    string, because ssh hands the remote shell a single string."""
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
+    if ssh_config:
+        argv += ["-F", ssh_config]
+    return argv + [host, shlex.join(remote)]
+
+
+class SshTransport:
+    """Starts each spec on its host through ssh; the process group treats it like a local one
+    (killing the local ssh ends the remote tree through the wrapper)."""
+
+    def __init__(self, python: str, base_env: Mapping[str, str], cwd: str,
+                 ssh_config: Optional[str] = None):
+        self.python, self.cwd, self.ssh_config = python, cwd, ssh_config
+        self.env = forwarded_env(base_env)
+
+    def spawn(self, spec: ProcessSpec) -> subprocess.Popen:
+        proc = subprocess.Popen(ssh_argv(spec.host, [self.python, "-c", WRAPPER], self.ssh_config),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        job = {"argv": list(spec.argv), "env": {**self.env, **spec.env}, "cwd": self.cwd}
+        proc.stdin.write((json.dumps(job) + "\n").encode())
+        proc.stdin.flush()  # and keep it open: its end is the remote side's signal to stop
+        return proc
+
+
+def preflight(hosts: Sequence[str], python: str, ssh_config: Optional[str] = None,
+              timeout: float = 30.0) -> None:
+    """Check every host at once: reachable, login works, MXNet importable by ``python``.
+    Raises LaunchError naming the first host that fails."""
+    def check(host):
+        try:
+            proc = subprocess.run(ssh_argv(host, [python, "-c", PREFLIGHT], ssh_config),
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return f"host {host}: no answer over ssh within {timeout:g}s"
+        if proc.returncode == 3:
+            return f"host {host}: MXNet is not installed for {python}; install it there"
+        if proc.returncode != 0:
+            why = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+            return f"host {host}: ssh failed: {why}"
+        return None
+
+    with ThreadPoolExecutor(max_workers=min(16, len(hosts)) or 1) as pool:
+        for problem in pool.map(check, hosts):
+            if problem:
+                raise LaunchError(problem)
