@@ -30,7 +30,7 @@ def test_a_job_that_succeeds(launch, tmp_path):
     assert "[worker 1] worker 1 on 127.0.0.1 pulled 3" in job.out
     assert sorted(os.listdir(tmp_path / "logs")) == [
         "scheduler.log", "server.0.log", "worker.0.log", "worker.1.log"]
-    assert "worker 1 pulled" in (tmp_path / "logs" / "worker.1.log").read_text()
+    assert "worker 1 on 127.0.0.1 pulled" in (tmp_path / "logs" / "worker.1.log").read_text()
     assert {p.name for p in tmp_path.glob("*.done")} == {"0.done", "1.done"}
     assert "ps-lite" not in job.out  # its routine chatter stays in the log files
     assert job.leftovers() == []
