@@ -71,12 +71,7 @@ def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs,
 
     The first process to fail is reported with its last lines, every other one is stopped,
     and the exit code is the failing worker's own (128+N for signal N)."""
-    env = {}
-    for pair in env_pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise LaunchError(f"--env {pair!r}: write KEY=VALUE")
-        env[key] = value
+    env = _env_pairs(env_pairs)
     hosts, source = _read_hosts(hosts_arg) if hosts_arg else ((), "the hosts")
     options = LaunchOptions(tuple(command), num_workers, num_servers, kvstore,
                             start_timeout=start_timeout, log_dir=log_dir, env=env,
@@ -122,6 +117,16 @@ def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs,
     sys.exit(result.exit_code)
 
 
+def _env_pairs(pairs) -> dict:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise LaunchError(f"--env {pair!r}: write KEY=VALUE")
+        env[key] = value
+    return env
+
+
 def _read_hosts(arg: str):
     if ":" in arg or "," in arg:
         return parse_inline(arg), f"-H {arg}"
@@ -160,6 +165,40 @@ def _report(result: LaunchResult) -> None:
     if result.stopped:
         _say(f"stopped {', '.join(result.stopped)}")
     _say(f"exit code {result.exit_code}")
+
+
+@cli.group()
+def manifest():
+    """Write the objects that run a job on a cluster engine."""
+
+
+@manifest.command("kubernetes", context_settings={"allow_interspersed_args": False})
+@click.option("-n", "--num-workers", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("-s", "--num-servers", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--image", required=True, help="Container image with gluondist and MXNet.")
+@click.option("--name", default="gluondist", show_default=True,
+              help="Prefix of the objects' names (a DNS label).")
+@click.option("--port", type=click.IntRange(1, 65535), default=9091, show_default=True,
+              help="The scheduler's port.")
+@click.option("--kvstore", type=click.Choice(["dist_sync", "dist_async", "dist_device_sync"]),
+              default="dist_sync", show_default=True)
+@click.option("--gpus-per-worker", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE")
+@click.option("-o", "--output", type=click.File("w"), default="-", show_default=True)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def manifest_kubernetes(num_workers, num_servers, image, name, port, kvstore, gpus_per_worker,
+                        env_pairs, output, command):
+    """Kubernetes objects (JSON, for `kubectl apply -f`) running COMMAND as the workers of a
+    parameter-server job: a headless Service and Pod for the scheduler, servers and workers as
+    Indexed Jobs."""
+    import json
+    import re
+    from .manifests import kubernetes
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?", name):
+        raise LaunchError(f"--name {name!r} must be a DNS label: lowercase letters, digits, '-'")
+    objects = kubernetes(name, image, command, num_workers, num_servers, port, kvstore,
+                         gpus_per_worker, _env_pairs(env_pairs))
+    output.write(json.dumps(objects, indent=2) + "\n")
 
 
 @cli.command("env")
