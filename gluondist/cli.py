@@ -52,7 +52,8 @@ def cli():
               help="Start a failed job again (all of it, fresh ports) up to this many times; "
                    "fit(checkpoint_dir=...) resumes from the last complete epoch.")
 @click.option("--launcher", "launcher_kind", default="local", show_default=True,
-              envvar="GLUONDIST_LAUNCHER", help="local, or ssh to place processes on -H hosts.")
+              envvar="GLUONDIST_LAUNCHER",
+              help="local; ssh to place processes on -H hosts; slurm inside an allocation.")
 @click.option("-H", "--hosts", "hosts_arg", metavar="HOSTFILE|HOST:SLOTS,...",
               envvar="GLUONDIST_HOSTS",
               help="A hostfile (lines `host slots=N`) or inline host1:2,host2:2.")
@@ -73,6 +74,11 @@ def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs,
     and the exit code is the failing worker's own (128+N for signal N)."""
     env = _env_pairs(env_pairs)
     hosts, source = _read_hosts(hosts_arg) if hosts_arg else ((), "the hosts")
+    if launcher_kind == "slurm":
+        if hosts:
+            raise LaunchError("--launcher slurm takes its hosts from the allocation; drop -H")
+        from .launcher.slurm import allocation_hosts
+        hosts, source = allocation_hosts(os.environ), "the Slurm allocation"
     options = LaunchOptions(tuple(command), num_workers, num_servers, kvstore,
                             start_timeout=start_timeout, log_dir=log_dir, env=env,
                             threads=threads, max_restarts=max_restarts, launcher=launcher_kind,

@@ -12,8 +12,13 @@ _LINE = re.compile(r"^(?P<host>[^\s#]+)(?:\s+slots\s*=\s*(?P<slots>\d+))?\s*$")
 
 @dataclass(frozen=True)
 class Host:
-    name: str  # what ssh connects to, and the address the job's nodes use
+    name: str  # what ssh connects to, or Slurm's node name
     slots: int = 1  # how many workers it takes
+    address: str = ""  # the address its nodes bind and advertise, when not `name`
+
+    @property
+    def addr(self) -> str:
+        return self.address or self.name
 
 
 def parse_hostfile(text: str, source: str = "hostfile") -> Tuple[Host, ...]:
@@ -55,10 +60,10 @@ def _no_repeats(hosts: List[Host], source: str) -> Tuple[Host, ...]:
 
 @dataclass(frozen=True)
 class Placement:
-    scheduler: str
-    servers: Tuple[str, ...]
-    workers: Tuple[str, ...]  # host of worker r
-    local_ranks: Tuple[int, ...]  # worker r's index among the workers on its host
+    scheduler: Host
+    servers: Tuple[Host, ...]
+    workers: Tuple[Host, ...]  # in slot order
+    local_ranks: Tuple[int, ...]  # each worker's index among the workers on its host
 
 
 def place(hosts: Sequence[Host], num_workers: int, num_servers: int,
@@ -72,10 +77,26 @@ def place(hosts: Sequence[Host], num_workers: int, num_servers: int,
     workers, local = [], []
     for host in hosts:
         for i in range(min(host.slots, num_workers - len(workers))):
-            workers.append(host.name)
+            workers.append(host)
             local.append(i)
-    servers = tuple(hosts[i % len(hosts)].name for i in range(num_servers))
-    return Placement(hosts[0].name, servers, tuple(workers), tuple(local))
+    servers = tuple(hosts[i % len(hosts)] for i in range(num_servers))
+    return Placement(hosts[0], servers, tuple(workers), tuple(local))
+
+
+def parse_slurm_tasks(nodes: Sequence[str], tasks_per_node: str,
+                      addresses: Sequence[str] = ()) -> Tuple[Host, ...]:
+    """Hosts of a Slurm allocation: node names and SLURM_TASKS_PER_NODE (``2(x3),1``)."""
+    counts = []
+    for part in tasks_per_node.split(","):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not m:
+            raise LaunchError(f"cannot read SLURM_TASKS_PER_NODE={tasks_per_node!r}")
+        counts += [int(m.group(1))] * int(m.group(2) or 1)
+    if len(counts) != len(nodes):
+        raise LaunchError(f"SLURM_TASKS_PER_NODE={tasks_per_node!r} does not match the "
+                          f"{len(nodes)} node(s) of the allocation")
+    addresses = list(addresses) or [""] * len(nodes)
+    return tuple(Host(n, c, a if a != n else "") for n, c, a in zip(nodes, counts, addresses))
 
 
 def gpu_list(local_rank: int, gpus_per_worker: int) -> str:

@@ -72,6 +72,9 @@ def run(options: LaunchOptions, on_line: Callable[[ProcessSpec, str], None],
         preflight([h.name for h in options.hosts], options.python, options.ssh_config)
         transport = SshTransport(options.python, os.environ if base_env is None else base_env,
                                  os.getcwd(), options.ssh_config)
+    elif transport is None and options.launcher == "slurm":
+        from .slurm import SrunTransport
+        transport = SrunTransport()
     restarts, port_retries, failures = 0, 0, []
     while True:
         port, *node_ports = ports(1 + options.num_servers + options.num_workers, options.host)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
 DIST_KINDS = ("dist_sync", "dist_async", "dist_device_sync")
-LAUNCHERS = ("local", "ssh")
+LAUNCHERS = ("local", "ssh", "slurm")
 
 
 class LaunchError(ValueError):
@@ -30,8 +30,8 @@ class LaunchOptions:
     env: Dict[str, str] = field(default_factory=dict)
     threads: Optional[int] = None  # OMP_NUM_THREADS per worker; None: cores / local workers
     max_restarts: int = 0  # start a failed job again, from scratch, at most this many times
-    launcher: str = "local"  # local | ssh
-    hosts: Tuple = ()  # Host(name, slots) for ssh, from -H
+    launcher: str = "local"  # local | ssh | slurm
+    hosts: Tuple = ()  # Host(name, slots) for ssh (from -H) and slurm (from the allocation)
     hosts_source: str = "the hosts"  # how to name them in messages ("hosts.txt")
     interface: Optional[str] = None  # network interface ps-lite binds on each host
     gpus_per_worker: int = 0  # CUDA_VISIBLE_DEVICES: each worker its own GPUs on its host
@@ -76,6 +76,9 @@ class LaunchOptions:
             raise LaunchError("--launcher ssh needs hosts: -H hostfile or -H host1:2,host2:2")
         if self.launcher == "local" and self.hosts:
             raise LaunchError("-H places processes on other hosts: add --launcher ssh")
+        if self.launcher == "slurm" and not self.hosts:
+            raise LaunchError("--launcher slurm runs inside a Slurm allocation (sbatch or "
+                              "salloc); none found (SLURM_JOB_ID is unset)")
         if self.hosts:
             from .hosts import place
             place(self.hosts, self.num_workers, self.num_servers, self.hosts_source)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 from .. import envvars as ev
-from .hosts import Placement, gpu_list, place
+from .hosts import Host, Placement, gpu_list, place
 from .options import LaunchOptions
 
 # Scheduler and servers run MXNet's own server loop, which starts on import when DMLC_ROLE
@@ -64,11 +64,11 @@ def _same_file(a: str, b: str) -> bool:
     return found is not None and os.path.realpath(found) == os.path.realpath(b)
 
 
-def pslite_order(hosts: Sequence[str]) -> list:
+def pslite_order(hosts: Sequence[Host]) -> list:
     """Indices of ``hosts`` in the order ps-lite ranks their nodes. Its scheduler sorts nodes
-    with ``(a.hostname.compare(b.hostname) | (a.port < b.port)) > 0``: descending host name,
+    with ``(a.hostname.compare(b.hostname) | (a.port < b.port)) > 0``: descending address,
     then ascending port; the plan gives each host's nodes ascending ports in index order."""
-    return sorted(range(len(hosts)), key=lambda i: hosts[i], reverse=True)  # stable
+    return sorted(range(len(hosts)), key=lambda i: hosts[i].addr, reverse=True)  # stable
 
 
 def thread_count(options: LaunchOptions, cores: int, base_env: Mapping[str, str]) -> Optional[int]:
@@ -95,11 +95,11 @@ def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = ()
         placement = place(options.hosts, options.num_workers, options.num_servers,
                           options.hosts_source)
     else:
-        placement = Placement(options.host, (options.host,) * options.num_servers,
-                              (options.host,) * options.num_workers,
+        here = Host(options.host)
+        placement = Placement(here, (here,) * options.num_servers, (here,) * options.num_workers,
                               tuple(range(options.num_workers)))
     common = {
-        ev.DMLC_PS_ROOT_URI: placement.scheduler,
+        ev.DMLC_PS_ROOT_URI: placement.scheduler.addr,
         ev.DMLC_PS_ROOT_PORT: str(port),
         ev.DMLC_NUM_WORKER: str(options.num_workers),
         ev.DMLC_NUM_SERVER: str(options.num_servers),
@@ -118,8 +118,10 @@ def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = ()
     worker_ports = ports[options.num_servers:]
 
     def spec(role, rank, host, argv, extra):
-        env = {**common, ev.DMLC_NODE_HOST: host, ev.DMLC_ROLE: role, **extra, **options.env}
-        return ProcessSpec(role, rank, host, tuple(argv), env)
+        # ps-lite reads DMLC_INTERFACE only when DMLC_NODE_HOST is empty
+        where = {} if options.interface and role != "scheduler" else {ev.DMLC_NODE_HOST: host.addr}
+        env = {**common, **where, ev.DMLC_ROLE: role, **extra, **options.env}
+        return ProcessSpec(role, rank, host.name, tuple(argv), env)
 
     light = {ev.OMP_NUM_THREADS: "1"} if threads is not None else {}  # servers only add up
     specs = [spec("scheduler", 0, placement.scheduler, (options.python, *SERVER_ARGV), light)]

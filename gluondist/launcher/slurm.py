@@ -1,0 +1,51 @@
+"""Run a plan's processes inside a Slurm allocation, one ``srun`` step each.
+
+The steps inherit the launcher's environment through srun's ``--export=ALL`` (nothing on a
+command line). Stopping a step's srun makes Slurm end its tasks; when the batch script (the
+launcher) ends, Slurm ends every step of the job.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from typing import Mapping, Tuple
+
+from .hosts import Host, parse_slurm_tasks
+from .options import LaunchError
+from .plan import ProcessSpec
+
+
+def allocation_hosts(env: Mapping[str, str]) -> Tuple[Host, ...]:
+    """The allocation's nodes with their task counts (slots) and addresses; empty outside
+    an allocation."""
+    if not env.get("SLURM_JOB_ID"):
+        return ()
+    nodes = _scontrol(["show", "hostnames", env.get("SLURM_JOB_NODELIST", "")]).split()
+    tasks = env.get("SLURM_TASKS_PER_NODE") or ",".join("1" for _ in nodes)
+    addresses = []
+    for node in nodes:
+        m = re.search(r"\bNodeAddr=(\S+)", _scontrol(["show", "node", "-o", node]))
+        addresses.append(m.group(1) if m else node)
+    return parse_slurm_tasks(nodes, tasks, addresses)
+
+
+def _scontrol(args) -> str:
+    try:
+        proc = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LaunchError(f"scontrol {' '.join(args)} failed: {exc}") from None
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        raise LaunchError(f"scontrol {' '.join(args)} failed: {why}")
+    return proc.stdout
+
+
+class SrunTransport:
+    def spawn(self, spec: ProcessSpec) -> subprocess.Popen:
+        argv = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={spec.host}", "--overlap",
+                "--export=ALL", "--kill-on-bad-exit=1", "--quiet",
+                f"--job-name=gluondist-{spec.label.replace(' ', '-')}", *spec.argv]
+        return subprocess.Popen(argv, env={**os.environ, **spec.env}, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)

@@ -1,0 +1,95 @@
+import pytest
+
+from gluondist.launcher.hosts import (Host, Placement, gpu_list, parse_hostfile, parse_inline,
+                                      parse_slurm_tasks, place)
+from gluondist.launcher.options import LaunchError, LaunchOptions
+from gluondist.launcher.plan import build_plan
+from conftest import SCRIPTS
+
+
+def test_hostfile_with_comments_blank_lines_and_default_slots():
+    text = "# cluster\nnode1 slots=2\n\n  node2   slots = 4  # big one\nnode3\n"
+    assert parse_hostfile(text) == (Host("node1", 2), Host("node2", 4), Host("node3", 1))
+
+
+@pytest.mark.parametrize("text,message", [
+    ("node1 slots=2\nnode2 slot=2\n", "hosts.txt line 2: 'node2 slot=2'"),
+    ("node1 slots=0\n", "line 1"),
+    ("node1 slots=2 extra\n", "line 1"),
+    ("# nothing\n\n", "names no hosts"),
+    ("a slots=1\na slots=2\n", "names host 'a' twice"),
+])
+def test_malformed_hostfiles_name_the_line(text, message):
+    with pytest.raises(LaunchError, match=message):
+        parse_hostfile(text, "hosts.txt")
+
+
+def test_inline_hosts():
+    assert parse_inline("h1:2,h2:2, h3") == (Host("h1", 2), Host("h2", 2), Host("h3", 1))
+    for bad in ("h1:0", "h1:x", ":2", "h1:2,,h2"):
+        with pytest.raises(LaunchError, match="HOST:SLOTS"):
+            parse_inline(bad)
+
+
+def test_placement_fills_slots_and_spreads_servers():
+    a, b, c = Host("a", 2), Host("b", 2), Host("c", 1)
+    assert place((a, b, c), 5, 2) == Placement(a, (a, b), (a, a, b, b, c), (0, 1, 0, 1, 0))
+    assert place((a, b, c), 3, 4) == Placement(a, (a, b, c, a), (a, a, b), (0, 1, 0))
+    with pytest.raises(LaunchError, match="-n 6 exceeds the 5 slots in hosts.txt; lower -n or "
+                                          "add hosts"):
+        place((a, b, c), 6, 1, "hosts.txt")
+
+
+def test_each_worker_gets_its_own_gpus_on_its_host():
+    assert [gpu_list(i, 2) for i in range(3)] == ["0,1", "2,3", "4,5"]
+    options = LaunchOptions(("t.py",), 4, 1, launcher="ssh", gpus_per_worker=2,
+                            hosts=(Host("h1", 2), Host("h2", 2)), kvstore="dist_device_sync")
+    plan = build_plan(options, 9000, range(9001, 9006), cores=8, base_env={})
+    workers = [(s.rank, s.host, s.env["CUDA_VISIBLE_DEVICES"], s.env["DMLC_NODE_HOST"])
+               for s in plan.of_role("worker")]
+    # ps-lite ranks descending host names first: h2's workers are ranks 0 and 1
+    assert workers == [(0, "h2", "0,1", "h2"), (1, "h2", "2,3", "h2"),
+                       (2, "h1", "0,1", "h1"), (3, "h1", "2,3", "h1")]
+    assert {s.env["DMLC_PS_ROOT_URI"] for s in plan.specs} == {"h1"}
+    assert "OMP_NUM_THREADS" not in plan.of_role("worker")[0].env  # remote cores are unknown
+
+
+def test_slurm_tasks_per_node():
+    nodes = ["n1", "n2", "n3", "n4"]
+    assert parse_slurm_tasks(nodes, "2(x3),1", ["10.0.0.1", "n2", "10.0.0.3", "10.0.0.4"]) == (
+        Host("n1", 2, "10.0.0.1"), Host("n2", 2), Host("n3", 2, "10.0.0.3"),
+        Host("n4", 1, "10.0.0.4"))
+    with pytest.raises(LaunchError, match="does not match the 4 node"):
+        parse_slurm_tasks(nodes, "2(x2)")
+    with pytest.raises(LaunchError, match="cannot read SLURM_TASKS_PER_NODE"):
+        parse_slurm_tasks(nodes, "two")
+
+
+def test_slurm_nodes_advertise_their_addresses_and_run_by_name():
+    options = LaunchOptions(("t.py",), 2, 1, launcher="slurm",
+                            hosts=(Host("n1", 1, "127.0.0.1"), Host("n2", 1, "127.0.0.2")))
+    plan = build_plan(options, 9000, range(9001, 9004), base_env={})
+    assert [(s.label, s.host, s.env["DMLC_NODE_HOST"]) for s in plan.specs] == [
+        ("scheduler", "n1", "127.0.0.1"), ("server 0", "n1", "127.0.0.1"),
+        ("worker 0", "n2", "127.0.0.2"), ("worker 1", "n1", "127.0.0.1")]
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(launcher="pbs"), "unknown launcher 'pbs'; use one of local, ssh, slurm"),
+    (dict(launcher="ssh"), "--launcher ssh needs hosts"),
+    (dict(hosts=(Host("a"),)), "add --launcher ssh"),
+    (dict(launcher="ssh", hosts=(Host("a"),), num_workers=2), "exceeds the 1 slots"),
+    (dict(gpus_per_worker=-1), "--gpus-per-worker"),
+    (dict(max_restarts=-1), "--max-restarts must be 0 or more"),
+])
+def test_scale_out_options_are_checked(kwargs, message):
+    with pytest.raises(LaunchError, match=message):
+        LaunchOptions((str(SCRIPTS / "job.py"),), **kwargs).validate()
+
+
+def test_an_interface_replaces_the_node_address():
+    options = LaunchOptions(("t.py",), 1, 1, launcher="ssh", interface="eth1",
+                            hosts=(Host("h1", 1), Host("h2", 1)))
+    plan = build_plan(options, 9000, range(9001, 9003), base_env={})
+    assert [(s.label, s.env.get("DMLC_NODE_HOST"), s.env["DMLC_INTERFACE"]) for s in plan.specs] \
+        == [("scheduler", "h1", "eth1"), ("server 0", None, "eth1"), ("worker 0", None, "eth1")]
