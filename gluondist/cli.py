@@ -62,11 +62,14 @@ def cli():
               help="Give each worker its own GPUs on its host (CUDA_VISIBLE_DEVICES).")
 @click.option("--ssh-config", type=click.Path(dir_okay=False), default=None,
               help="An ssh client configuration file (ssh -F).")
+@click.option("--scheduler-address", default=None,
+              help="The address the others reach the scheduler at, when it differs from its "
+                   "host's (NAT, containers); the scheduler then binds 0.0.0.0.")
 @click.option("--dry-run", is_flag=True, help="Print every process to start, start none.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs, threads,
            max_restarts, launcher_kind, hosts_arg, interface, gpus_per_worker, ssh_config,
-           dry_run, command):
+           scheduler_address, dry_run, command):
     """Run COMMAND (SCRIPT.py [ARGS] or -- ANY COMMAND) as a parameter-server job: a
     scheduler, servers and workers on this machine, watched until the end.
 
@@ -83,7 +86,8 @@ def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs,
                             start_timeout=start_timeout, log_dir=log_dir, env=env,
                             threads=threads, max_restarts=max_restarts, launcher=launcher_kind,
                             hosts=hosts, hosts_source=source, interface=interface,
-                            gpus_per_worker=gpus_per_worker, ssh_config=ssh_config).validate()
+                            gpus_per_worker=gpus_per_worker, ssh_config=ssh_config,
+                            scheduler_address=scheduler_address).validate()
     cores = os.cpu_count() or 1
     if dry_run:
         from .launcher.monitor import free_ports

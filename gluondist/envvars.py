@@ -11,6 +11,7 @@ DMLC_NUM_WORKER = "DMLC_NUM_WORKER"
 DMLC_NUM_SERVER = "DMLC_NUM_SERVER"
 DMLC_NODE_HOST = "DMLC_NODE_HOST"  # address this node binds and advertises
 DMLC_INTERFACE = "DMLC_INTERFACE"
+DMLC_USE_KUBERNETES = "DMLC_USE_KUBERNETES"  # makes the scheduler bind 0.0.0.0
 PS_VERBOSE = "PS_VERBOSE"
 # ps-lite binds a worker or server to this port when set; on one host it hands out ranks
 # in ascending port order, which is how the launcher makes `worker r` equal `kv.rank == r`.

@@ -33,7 +33,7 @@ def kubernetes(name: str, image: str, command: Sequence[str], num_workers: int,
         ev.DMLC_NUM_WORKER: str(num_workers),
         ev.DMLC_NUM_SERVER: str(num_servers),
         # ps-lite binds the scheduler to 0.0.0.0 instead of its (Service) name when set
-        "DMLC_USE_KUBERNETES": "1",
+        ev.DMLC_USE_KUBERNETES: "1",
         **(env or {}),
     }
 

@@ -93,3 +93,13 @@ def test_an_interface_replaces_the_node_address():
     plan = build_plan(options, 9000, range(9001, 9003), base_env={})
     assert [(s.label, s.env.get("DMLC_NODE_HOST"), s.env["DMLC_INTERFACE"]) for s in plan.specs] \
         == [("scheduler", "h1", "eth1"), ("server 0", None, "eth1"), ("worker 0", None, "eth1")]
+
+
+def test_a_scheduler_behind_nat_is_reached_at_its_public_address():
+    options = LaunchOptions(("t.py",), 1, 1, launcher="ssh", scheduler_address="203.0.113.7",
+                            hosts=(Host("10.0.0.5", 1), Host("10.0.0.6", 1)))
+    plan = build_plan(options, 9000, range(9001, 9003), base_env={})
+    assert {s.env["DMLC_PS_ROOT_URI"] for s in plan.specs} == {"203.0.113.7"}
+    assert [s.env.get("DMLC_USE_KUBERNETES") for s in plan.specs] == ["1", None, None]
+    with pytest.raises(LaunchError, match="--scheduler-address is for multi-host jobs"):
+        LaunchOptions((str(SCRIPTS / "job.py"),), scheduler_address="1.2.3.4").validate()

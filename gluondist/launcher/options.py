@@ -36,6 +36,8 @@ class LaunchOptions:
     interface: Optional[str] = None  # network interface ps-lite binds on each host
     gpus_per_worker: int = 0  # CUDA_VISIBLE_DEVICES: each worker its own GPUs on its host
     ssh_config: Optional[str] = None  # passed to ssh as -F
+    # The scheduler's address as the others reach it (NAT, containers); it then binds 0.0.0.0.
+    scheduler_address: Optional[str] = None
     python: str = sys.executable
 
     def __post_init__(self):
@@ -85,6 +87,9 @@ class LaunchOptions:
         if isinstance(self.gpus_per_worker, bool) or not isinstance(self.gpus_per_worker, int) \
                 or self.gpus_per_worker < 0:
             raise LaunchError(f"--gpus-per-worker must be 0 or more, got {self.gpus_per_worker!r}")
+        if self.scheduler_address is not None and not self.hosts:
+            raise LaunchError("--scheduler-address is for multi-host jobs (--launcher ssh or "
+                              "slurm); a local job binds 127.0.0.1")
         if self.ssh_config is not None and not os.path.isfile(self.ssh_config):
             raise LaunchError(f"--ssh-config {self.ssh_config!r} not found")
         if self.threads is not None and self.threads < 1:

@@ -99,7 +99,7 @@ def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = ()
         placement = Placement(here, (here,) * options.num_servers, (here,) * options.num_workers,
                               tuple(range(options.num_workers)))
     common = {
-        ev.DMLC_PS_ROOT_URI: placement.scheduler.addr,
+        ev.DMLC_PS_ROOT_URI: options.scheduler_address or placement.scheduler.addr,
         ev.DMLC_PS_ROOT_PORT: str(port),
         ev.DMLC_NUM_WORKER: str(options.num_workers),
         ev.DMLC_NUM_SERVER: str(options.num_servers),
@@ -124,7 +124,13 @@ def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = ()
         return ProcessSpec(role, rank, host.name, tuple(argv), env)
 
     light = {ev.OMP_NUM_THREADS: "1"} if threads is not None else {}  # servers only add up
-    specs = [spec("scheduler", 0, placement.scheduler, (options.python, *SERVER_ARGV), light)]
+    scheduler_extra = dict(light)
+    if options.scheduler_address:
+        # ps-lite binds a node to the address it advertises; only the scheduler can bind
+        # 0.0.0.0 instead, which it does under this flag (named for its first use).
+        scheduler_extra[ev.DMLC_USE_KUBERNETES] = "1"
+    specs = [spec("scheduler", 0, placement.scheduler, (options.python, *SERVER_ARGV),
+                  scheduler_extra)]
     for r, i in enumerate(pslite_order(placement.servers)):
         extra = dict(light)
         if server_ports:
