@@ -36,8 +36,9 @@ def raw_spawn(args, cwd, workers=2):
     procs = [subprocess.Popen([sys.executable, "-c", "import mxnet"],
                               env={**base, "DMLC_ROLE": role}, cwd=cwd)
              for role in ("scheduler", "server")]
-    procs += [subprocess.Popen([sys.executable, WORKER, *args], env={**base, "DMLC_ROLE": "worker"},
-                               cwd=cwd, stdout=subprocess.PIPE, text=True) for _ in range(workers)]
+    procs += [subprocess.Popen([sys.executable, WORKER, *args], cwd=cwd, text=True,
+                               env={**base, "DMLC_ROLE": "worker"}, stdout=subprocess.PIPE)
+              for _ in range(workers)]
     out = "".join(p.communicate()[0] for p in procs[2:])
     for p in procs:
         p.wait()
@@ -88,8 +89,9 @@ def main():
         ratios.append(speed["launch"] / speed["raw"])
         print(f"repeat {rep}: throughput raw {speed['raw']:.1f} launch {speed['launch']:.1f} "
               f"steps/s (ratio {ratios[-1]:.3f}); trivial job raw "
-              f"{statistics.median(wall['raw']):.2f}s launch {statistics.median(wall['launch']):.2f}s"
-              f"; death to exit {deaths[-1]:.2f}s", flush=True)
+              f"{statistics.median(wall['raw']):.2f}s launch "
+              f"{statistics.median(wall['launch']):.2f}s; death to exit {deaths[-1]:.2f}s",
+              flush=True)
     print(f"median throughput ratio launch/raw: {statistics.median(ratios):.3f} (target >= 1.0)")
     print(f"median trivial-job wall time over {len(walls)} pairs, launch - raw: "
           f"{statistics.median(walls):+.2f}s (target <= 0.3s)")

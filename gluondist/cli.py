@@ -225,7 +225,8 @@ def env_command():
     try:
         import mxnet as mx
     except ImportError as exc:
-        raise click.ClickException(f"MXNet does not import ({exc}); install it: {INSTALL_HINT}")
+        raise click.ClickException(
+            f"MXNet does not import ({exc}); install it: {INSTALL_HINT}") from None
     features = mx.runtime.Features()
     flags = {name: features.is_enabled(name) for name in ("DIST_KVSTORE", "CUDA", "NCCL", "MKLDNN")}
     click.echo(f"mxnet      {mx.__version__} ({os.path.dirname(mx.__file__)})")

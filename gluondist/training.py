@@ -108,7 +108,8 @@ def _check_optimizer(optimizer, optimizer_params):
         except TypeError as exc:
             raise ValueError(f"optimizer_params for {optimizer!r}: {exc}") from None
     elif not isinstance(optimizer, mx.optimizer.Optimizer):
-        raise ValueError(f"optimizer must be a name or an mx.optimizer.Optimizer, not {optimizer!r}")
+        raise ValueError(
+            f"optimizer must be a name or an mx.optimizer.Optimizer, not {optimizer!r}")
     return params, clip
 
 

@@ -64,7 +64,8 @@ class Job:
             out, err = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"launcher still running after {timeout}s: {self.args}")
+            raise AssertionError(f"launcher still running after {timeout}s: {self.args}") \
+                from None
         self.out, self.err = out.decode(errors="replace"), err.decode(errors="replace")
         return self.proc.returncode
 

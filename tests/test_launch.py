@@ -167,3 +167,24 @@ def test_a_taken_scheduler_port_is_retried_on_another(tmp_path):
     assert (result.exit_code, result.attempts) == (0, 2), result.failure
     assert (tmp_path / "0.done").exists()
     assert stray == []
+
+
+def test_the_python_api_returns_the_result_and_logs(tmp_path, monkeypatch):
+    import uuid
+
+    import gluondist
+    from conftest import TAG
+
+    tag = uuid.uuid4().hex
+    monkeypatch.chdir(tmp_path)
+    try:
+        result = gluondist.launch(JOB, "exit", "1", num_workers=2, num_servers=1,
+                                  env={TAG: tag}, echo=False)
+    finally:
+        stray = tagged_pids(tag)
+        for pid in stray:
+            os.kill(pid, signal.SIGKILL)
+    assert result.exit_code == 3
+    assert (result.failure.label, result.failure.reason) == ("worker 1", "exit code 3")
+    assert "worker 0 on 127.0.0.1 pulled 3" in result.logs["worker 0"]
+    assert stray == []

@@ -20,10 +20,10 @@ def launch(command: Union[str, Sequence[str]], *args: str, num_workers: int = 1,
     ``num_workers`` workers and ``num_servers`` servers on this machine, and wait for it.
 
     Returns a LaunchResult: ``exit_code`` (0, the first failing worker's code, or 128+N for
-    signal N), ``failure`` (who failed first and why, with its last lines), and ``logs``
-    (each process's output lines, by label such as ``'worker 0'``; a restarted job's lines
-    follow the failed attempt's), and ``restarts`` (the failures restarted from). ``echo`` prints the lines
-    as they come, prefixed with the process. Raises LaunchError for bad options before
+    signal N), ``failure`` (who failed first and why, with its last lines), ``restarts`` (the
+    failures restarted from) and ``logs`` (each process's output lines, by label such as
+    ``'worker 0'``; a restarted job's lines follow the failed attempt's). ``echo`` prints the
+    lines as they come, prefixed with the process. Raises LaunchError for bad options before
     anything starts; an interrupt stops the whole job and propagates."""
     cmd = [command] if isinstance(command, str) else list(command)
     options = LaunchOptions(tuple(cmd) + tuple(args), num_workers, num_servers, kvstore,

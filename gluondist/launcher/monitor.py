@@ -8,7 +8,7 @@ import socket
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional
 
 from .plan import LaunchPlan, ProcessSpec, build_plan
 from .options import LaunchOptions
@@ -44,6 +44,7 @@ class LaunchResult:
     attempts: int = 1
     plan: Optional[LaunchPlan] = None
     restarts: List[Failure] = field(default_factory=list)  # the failures restarted from
+    logs: Dict[str, List[str]] = field(default_factory=dict)  # filled by gluondist.launch()
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> List[int]:

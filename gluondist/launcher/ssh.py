@@ -9,7 +9,6 @@ launcher stopped, died, or lost its connection) it kills the command's whole pro
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 from concurrent.futures import ThreadPoolExecutor

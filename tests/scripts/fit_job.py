@@ -2,8 +2,8 @@
 
 Writes params.<rank>.npz and history.<rank>.json to OUT_DIR. OPTIONS_JSON keys: ckpt
 (checkpoint_dir), lr, clip, schedule (bool), crash_in_epoch (worker 1 raises when that epoch
-begins, on a job's first attempt only), optimizer. The tests import data(), net() and optimizer_params() to train the same
-model in one process.
+begins, on a job's first attempt only), optimizer. The tests import data(), net() and
+optimizer_params() to train the same model in one process.
 """
 import json
 import os
