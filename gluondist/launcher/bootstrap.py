@@ -22,10 +22,24 @@ def _leave(code: int) -> None:
     os._exit(code)
 
 
+def _show_gluondist_logs() -> None:
+    """fit() reports each epoch through logging; show those lines in a launched job, as a
+    terminal would show its progress bar. A script's own logging setup is left alone."""
+    import logging
+    logger = logging.getLogger("gluondist")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
 def main(argv) -> None:
     if not argv:
         sys.stderr.write("usage: python -m gluondist.launcher.bootstrap SCRIPT.py|-m MODULE ...\n")
         _leave(2)
+    _show_gluondist_logs()
     try:
         if argv[0] == "-m":
             sys.argv = [argv[1], *argv[2:]]

@@ -71,7 +71,11 @@ class Child:
                 self._log.flush()
             line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             self.tail.append(line)
-            self._on_line(self.spec, line)
+            if self._on_line is not None:
+                try:
+                    self._on_line(self.spec, line)
+                except OSError:  # the console went away (`| head`): keep draining the pipe,
+                    self._on_line = None  # or the child would block writing to it
         self.proc.stdout.close()
 
 
