@@ -68,12 +68,15 @@ def test_a_crashed_job_resumes_from_its_checkpoint(launch, tmp_path):
 
 def test_max_restarts_resumes_from_the_last_complete_epoch(launch, tmp_path):
     ckpt = tmp_path / "ckpt"
-    job = launch("-n", 2, "-s", 1, "--max-restarts", 2, SCRIPT, tmp_path, 4, 32,
-                 json.dumps({"ckpt": str(ckpt), "crash_in_epoch": 2}))
+    job = launch("-n", 2, "-s", 1, "--max-restarts", 2, "--log-dir", tmp_path / "logs", SCRIPT,
+                 tmp_path, 4, 32, json.dumps({"ckpt": str(ckpt), "crash_in_epoch": 2}))
     assert job.wait(timeout=300) == 0, job.err
     assert "worker 1 failed first: exit code 1" in job.err
     assert "RuntimeError: worker 1 crashes in epoch 2" in job.err
     assert "restarting the job (1 of 2)" in job.err and "succeeded after 1 restart(s)" in job.err
+    logs = tmp_path / "logs"
+    assert "crashes in epoch 2" in (logs / "worker.1.log").read_text()  # kept, not overwritten
+    assert "crashes" not in (logs / "worker.1.restart1.log").read_text()
     (p0, p1), (h0, _) = job_results(tmp_path, 2)
     ref, ref_history = one_process(4, 64)
     assert rel_diff(total(ref), total(p0)) <= 1e-4

@@ -83,7 +83,7 @@ def run(options: LaunchOptions, on_line: Callable[[ProcessSpec, str], None],
         if on_plan is not None and restarts == port_retries == 0:
             on_plan(plan)
         joins = _Joins(on_line)
-        group = ProcessGroup(plan.specs, joins, options.log_dir, transport)
+        group = ProcessGroup(plan.specs, joins, options.log_dir, transport, restarts)
         try:
             group.start()
             result = _watch(plan, group, joins, options.start_timeout)

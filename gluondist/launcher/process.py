@@ -83,10 +83,11 @@ class ProcessGroup:
     """``start()``, then ``poll()`` repeatedly, then ``close()`` (always, in a finally)."""
 
     def __init__(self, specs: Sequence[ProcessSpec], on_line: Callable[[ProcessSpec, str], None],
-                 log_dir: Optional[str] = None, transport=None):
+                 log_dir: Optional[str] = None, transport=None, restart: int = 0):
         self.specs = list(specs)
         self.on_line = on_line
         self.log_dir = log_dir
+        self.restart = restart  # a restarted job's logs go beside, not over, the failed one's
         self.transport = transport or LocalTransport()
         self.children: List[Child] = []
         self._reaper: Optional[subprocess.Popen] = None
@@ -98,7 +99,10 @@ class ProcessGroup:
         for spec in self.specs:
             log = None
             if self.log_dir is not None:
-                log = open(os.path.join(self.log_dir, spec.log_name), "wb")
+                name = spec.log_name
+                if self.restart:
+                    name = name.replace(".log", f".restart{self.restart}.log")
+                log = open(os.path.join(self.log_dir, name), "wb")
                 self._logs.append(log)
             proc = self.transport.spawn(spec)
             self._tell_reaper(f"+ {proc.pid}")
