@@ -11,9 +11,9 @@ import click
 
 from . import envvars
 from .launcher.hosts import parse_hostfile, parse_inline
-from .launcher.monitor import LaunchResult, is_pslite_chatter, run
+from .launcher.monitor import LaunchResult, free_ports, is_pslite_chatter, run
 from .launcher.options import LaunchError, LaunchOptions
-from .launcher.plan import LaunchPlan, ProcessSpec
+from .launcher.plan import LaunchPlan, ProcessSpec, build_plan
 
 
 class _Terminated(Exception):
@@ -90,8 +90,6 @@ def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs,
                             scheduler_address=scheduler_address).validate()
     cores = os.cpu_count() or 1
     if dry_run:
-        from .launcher.monitor import free_ports
-        from .launcher.plan import build_plan
         port, *nodes = free_ports(1 + num_servers + num_workers)
         _print_plan(build_plan(options, port, nodes, cores, os.environ))
         return

@@ -46,6 +46,17 @@ def tagged_pids(tag):
     return pids
 
 
+def kill_tagged(tag):
+    """SIGKILL every live process of ``tag``; returns the pids that were still alive."""
+    stray = tagged_pids(tag)
+    for pid in stray:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return stray
+
+
 class Job:
     """A `gluondist launch` run in a subprocess, tagged so every process of it can be found."""
 
@@ -74,11 +85,7 @@ class Job:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        for pid in tagged_pids(self.tag):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_tagged(self.tag)
         self.proc.communicate()
 
     def leftovers(self, timeout=10.0):
@@ -103,9 +110,7 @@ def launch(tmp_path):
     for job in jobs:
         if job.proc.poll() is None:
             job.kill()
-        stray = tagged_pids(job.tag)
-        for pid in stray:
-            os.kill(pid, signal.SIGKILL)
+        stray = kill_tagged(job.tag)
         assert not stray, f"processes of {job.args} outlived the test: {stray}"
 
 

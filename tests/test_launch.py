@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import SCRIPTS, tagged_pids, wait_until
+from conftest import SCRIPTS, kill_tagged, tagged_pids, wait_until
 
 pytestmark = pytest.mark.slow
 JOB = str(SCRIPTS / "job.py")
@@ -161,9 +161,7 @@ def test_a_taken_scheduler_port_is_retried_on_another(tmp_path):
             result = monitor.run(options, lambda spec, line: None, ports=ports)
         finally:
             os.chdir(cwd)
-            stray = tagged_pids(tag)
-            for pid in stray:
-                os.kill(pid, signal.SIGKILL)
+            stray = kill_tagged(tag)
     assert (result.exit_code, result.attempts) == (0, 2), result.failure
     assert (tmp_path / "0.done").exists()
     assert stray == []
@@ -181,9 +179,7 @@ def test_the_python_api_returns_the_result_and_logs(tmp_path, monkeypatch):
         result = gluondist.launch(JOB, "exit", "1", num_workers=2, num_servers=1,
                                   env={TAG: tag}, echo=False)
     finally:
-        stray = tagged_pids(tag)
-        for pid in stray:
-            os.kill(pid, signal.SIGKILL)
+        stray = kill_tagged(tag)
     assert result.exit_code == 3
     assert (result.failure.label, result.failure.reason) == ("worker 1", "exit code 3")
     assert "worker 0 on 127.0.0.1 pulled 3" in result.logs["worker 0"]

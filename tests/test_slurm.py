@@ -12,21 +12,11 @@ import uuid
 import pytest
 
 from conftest import ROOT, SCRIPTS, TAG, tagged_pids, wait_until
+from gluondist.launcher.monitor import free_ports
 
 pytestmark = pytest.mark.slow
 TEMPLATE = str(ROOT / "launch" / "slurm" / "gluondist.sbatch")
 GLUONDIST = f"{sys.executable} -m gluondist.cli"
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @pytest.fixture(scope="module")

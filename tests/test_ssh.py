@@ -13,6 +13,7 @@ import pytest
 
 from conftest import SCRIPTS, wait_until
 from gluondist.launcher import ssh
+from gluondist.launcher.monitor import free_ports
 from gluondist.launcher.options import LaunchError
 
 pytestmark = pytest.mark.slow
@@ -32,9 +33,7 @@ def ssh_config(tmp_path_factory):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)],
                        check=True)
     shutil.copy(d / "id.pub", d / "authorized_keys")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_ports(1)[0]
     (d / "sshd_config").write_text(
         f"Port {port}\nListenAddress 127.0.0.1\nListenAddress 127.0.0.2\n"
         f"HostKey {d / 'host_key'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
