@@ -36,6 +36,18 @@ def test_a_job_that_succeeds(launch, tmp_path):
     assert job.leftovers() == []
 
 
+def test_two_launchers_started_together_do_not_collide(launch, tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    jobs = [launch("-n", 2, "-s", 1, "--log-dir", d, "--", sys.executable, JOB, "ok")
+            for d in ("a", "b")]
+    assert [job.wait() for job in jobs] == [0, 0], [job.err for job in jobs]
+    ports = {(tmp_path / d / "scheduler.log").read_text().split("port=")[1].split(",")[0]
+             for d in ("a", "b")}
+    assert len(ports) == 2  # each owns its scheduler port
+    assert all(job.leftovers() == [] for job in jobs)
+
+
 def test_worker_exit_code_is_the_jobs(launch, tmp_path):
     job = launch("-n", 2, "-s", 1, JOB, "exit", 1)
     assert job.wait() == 3
