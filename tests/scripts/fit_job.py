@@ -1,7 +1,7 @@
 """gluondist.fit as a user's script: `fit_job.py OUT_DIR EPOCHS BATCH [OPTIONS_JSON]`.
 
 Writes params.<rank>.npz and history.<rank>.json to OUT_DIR. OPTIONS_JSON keys: ckpt
-(checkpoint_dir), lr, clip, schedule (bool), crash_in_epoch (worker 1 raises when that epoch
+(checkpoint_dir), lr, momentum, clip, schedule (bool), crash_in_epoch (worker 1 raises when that epoch
 begins, on a job's first attempt only), optimizer. The tests import data(), net() and
 optimizer_params() to train the same model in one process.
 """
@@ -30,7 +30,7 @@ def net():
 
 
 def optimizer_params(opts):
-    params = {"learning_rate": opts.get("lr", 0.2), "momentum": 0.9}
+    params = {"learning_rate": opts.get("lr", 0.2), "momentum": opts.get("momentum", 0.9)}
     if opts.get("clip"):
         params["clip_global_norm"] = opts["clip"]
     if opts.get("schedule"):
