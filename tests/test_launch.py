@@ -196,3 +196,14 @@ def test_the_python_api_returns_the_result_and_logs(tmp_path, monkeypatch):
     assert (result.failure.label, result.failure.reason) == ("worker 1", "exit code 3")
     assert "worker 0 on 127.0.0.1 pulled 3" in result.logs["worker 0"]
     assert stray == []
+
+
+def test_a_script_imports_its_sibling_modules_as_python_would(launch, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "helper.py").write_text("VALUE = 42\n")
+    (code / "train.py").write_text("import sys\nfrom helper import VALUE\n"
+                                   "print('helper says', VALUE, sys.argv)\n")
+    job = launch("-n", 1, "-s", 1, code / "train.py", "--x")  # run from tmp_path, not code/
+    assert job.wait() == 0, job.err
+    assert f"[worker 0] helper says 42 ['{code / 'train.py'}', '--x']" in job.out
