@@ -144,14 +144,16 @@ def _watch(plan: LaunchPlan, group: ProcessGroup, joins: _Joins,
                 continue
             return _failed(group, spec, exited.returncode)
         if succeeded == workers:
-            return _finish(group)
+            return _finish(group, joins.formed)
         if not joins.formed and time.monotonic() - started > start_timeout:
             return _timed_out(plan, joins, start_timeout)
         time.sleep(POLL)
 
 
-def _finish(group: ProcessGroup) -> LaunchResult:
-    deadline = time.monotonic() + GRACE
+def _finish(group: ProcessGroup, formed: bool) -> LaunchResult:
+    # Servers and scheduler stop by themselves after the workers' final barrier; a job that
+    # never formed (a script that made no kvstore) has none, so they are stopped at once.
+    deadline = time.monotonic() + (GRACE if formed else 0.0)
     while group.running() and time.monotonic() < deadline:
         group.poll()
         time.sleep(POLL)
