@@ -54,7 +54,7 @@ def cli():
 @click.option("--launcher", "launcher_kind", default="local", show_default=True,
               envvar="GLUONDIST_LAUNCHER",
               help="local; ssh to place processes on -H hosts; slurm inside an allocation.")
-@click.option("-H", "--hosts", "hosts_arg", metavar="HOSTFILE|HOST:SLOTS,...",
+@click.option("-H", "--hostfile", "--hosts", "hosts_arg", metavar="HOSTFILE|HOST:SLOTS,...",
               envvar="GLUONDIST_HOSTS",
               help="A hostfile (lines `host slots=N`) or inline host1:2,host2:2.")
 @click.option("--interface", default=None, help="Network interface ps-lite uses on each host.")
@@ -71,7 +71,8 @@ def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs,
            max_restarts, launcher_kind, hosts_arg, interface, gpus_per_worker, ssh_config,
            scheduler_address, dry_run, command):
     """Run COMMAND (SCRIPT.py [ARGS] or -- ANY COMMAND) as a parameter-server job: a
-    scheduler, servers and workers on this machine, watched until the end.
+    scheduler, servers and workers on this machine (or, with --launcher ssh|slurm, on other
+    hosts), watched until the end.
 
     The first process to fail is reported with its last lines, every other one is stopped,
     and the exit code is the failing worker's own (128+N for signal N)."""

@@ -90,7 +90,7 @@ def test_a_two_host_job(launch, ssh_config, tmp_path):
 
 def test_losing_a_worker_on_one_host_stops_both(launch, ssh_config, tmp_path):
     (tmp_path / "hosts").write_text("# two hosts\n127.0.0.1 slots=1\n\n127.0.0.2 slots=1\n")
-    job = ssh_launch(launch, ssh_config, "-H", "hosts", "-n", 2, "-s", 1, JOB, "exit", 0)
+    job = ssh_launch(launch, ssh_config, "--hostfile", "hosts", "-n", 2, "-s", 1, JOB, "exit", 0)
     assert job.wait(timeout=120) == 3
     assert "worker 0 on 127.0.0.2 failed first: exit code 3" in job.err
     assert not list(tmp_path.glob("*.done"))
