@@ -1,9 +1,9 @@
 """gluondist.fit as a user's script: `fit_job.py OUT_DIR EPOCHS BATCH [OPTIONS_JSON]`.
 
 Writes params.<rank>.npz and history.<rank>.json to OUT_DIR. OPTIONS_JSON keys: ckpt
-(checkpoint_dir), lr, momentum, clip, schedule (bool), crash_in_epoch (worker 1 raises when that epoch
-begins, on a job's first attempt only), optimizer. The tests import data(), net() and
-optimizer_params() to train the same model in one process.
+(checkpoint_dir), lr, momentum, clip, schedule (bool), crash_in_epoch (worker 1 raises when
+that epoch begins, on a job's first attempt only), optimizer. The tests import data(), net()
+and optimizer_params() to train the same model in one process.
 """
 import json
 import os
