@@ -30,6 +30,14 @@ class Run:
         self.stop_training = False
 
 
+def _accumulate(sums: dict, i: int, value) -> None:
+    """Add ``value`` to context ``i``'s running sum, kept on that context's device."""
+    if i in sums:
+        sums[i] += value
+    else:
+        sums[i] = value
+
+
 class _Accuracy:
     """Accuracy accumulated on each device: no host sync per batch (mx.metric's does one)."""
     name = "accuracy"
@@ -48,10 +56,7 @@ class _Accuracy:
             if label.ndim != pred.ndim - 1:
                 label = label.reshape(pred.shape[:-1])
             hits = (pred.argmax(axis=-1) == label.astype(pred.dtype, copy=False)).sum()
-            if i in self.correct:  # keyed by context position: cheap, and stays on its device
-                self.correct[i] += hits
-            else:
-                self.correct[i] = hits
+            _accumulate(self.correct, i, hits)  # by context position: cheap to key
             self.count += label.shape[0]
 
     def sums(self):
@@ -242,13 +247,9 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
             outputs, losses = parallel.forward_backward(net, loss, data, label, ctxs, scale)
             _step(trainer, ctxs, batch_size if async_mode else global_count, clip, async_mode)
             if not empty:
-                for i, l in enumerate(losses):  # summed on its device; read once per epoch
-                    if l is None:
-                        continue
-                    if i in loss_sums:
-                        loss_sums[i] += l.sum()
-                    else:
-                        loss_sums[i] = l.sum()
+                for i, l in enumerate(losses):  # read once per epoch, not per batch
+                    if l is not None:
+                        _accumulate(loss_sums, i, l.sum())
                 count += len(idx)
                 for m in metric_list:
                     m.update(label, outputs)
@@ -319,8 +320,9 @@ def _clip_local(trainer, ctxs, max_norm):
 def _reduce(sums: Dict[str, tuple], metric_list, dist: bool) -> Dict[str, float]:
     """Mean of each value over all samples of all workers."""
     pairs = list(sums.items()) + [(m.name, m.sums()) for m in metric_list]
-    flat = kvs.allreduce([x for _, pair in pairs for x in pair]) if dist else \
-        [x for _, pair in pairs for x in pair]
+    flat = [x for _, pair in pairs for x in pair]
+    if dist:
+        flat = kvs.allreduce(flat)
     return {name: (flat[2 * i] / flat[2 * i + 1] if flat[2 * i + 1] else float("nan"))
             for i, (name, _) in enumerate(pairs)}
 

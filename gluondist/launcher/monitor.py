@@ -163,7 +163,7 @@ def _finish(group: ProcessGroup, formed: bool) -> LaunchResult:
 def _failed(group: ProcessGroup, spec: ProcessSpec, returncode: int) -> LaunchResult:
     child = group.child(spec)
     child.reader.join(timeout=1.0)  # let its last lines arrive
-    tail = [l for l in child.tail if not PSLITE.match(l) or _is_error(l)]
+    tail = [l for l in child.tail if not is_pslite_chatter(l)]
     return LaunchResult(exit_status(returncode),
                         Failure(spec.label, describe_exit(returncode), host=spec.host,
                                 tail=tail[-15:], traceback=_traceback(tail)))
