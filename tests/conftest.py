@@ -46,6 +46,13 @@ def tagged_pids(tag):
     return pids
 
 
+def run_cli(*args, env=None, timeout=120):
+    """`gluondist ARGS` in a subprocess; returns the CompletedProcess (text output)."""
+    return subprocess.run([sys.executable, "-m", "gluondist.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
+
+
 def kill_tagged(tag):
     """SIGKILL every live process of ``tag``; returns the pids that were still alive."""
     stray = tagged_pids(tag)

@@ -1,12 +1,10 @@
 import json
-import subprocess
-import sys
 
 import kubernetes_validate
 import pytest
 
 from gluondist.manifests import kubernetes
-from conftest import ROOT
+from conftest import ROOT, run_cli
 
 K8S = "1.30.0"
 
@@ -61,8 +59,7 @@ def test_the_environment_is_wired_for_each_role():
 
 
 def manifest_cli(*args):
-    return subprocess.run([sys.executable, "-m", "gluondist.cli", "manifest", "kubernetes",
-                           *args], capture_output=True, text=True, timeout=60)
+    return run_cli("manifest", "kubernetes", *args)
 
 
 def test_the_committed_example_is_what_the_command_writes():

@@ -1,11 +1,10 @@
-import subprocess
 import sys
 
 import pytest
 
 from gluondist.launcher.options import LaunchError, LaunchOptions
 from gluondist.launcher.plan import ProcessSpec, build_plan
-from conftest import SCRIPTS
+from conftest import SCRIPTS, run_cli
 
 PY = "/usr/bin/python3.11"
 JOB = str(SCRIPTS / "job.py")
@@ -82,11 +81,6 @@ def test_options_are_checked_before_anything_starts(kwargs, message):
         LaunchOptions(**args).validate()
 
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "gluondist.cli", *args], capture_output=True,
-                          text=True, timeout=120)
-
-
 def test_dry_run_prints_every_process_and_starts_none(tmp_path):
     proc = run_cli("launch", "--dry-run", "-n", "2", "-s", "1", JOB, "--flag")
     assert proc.returncode == 0, proc.stderr
@@ -107,9 +101,7 @@ def test_env_without_mxnet_names_the_install_command(tmp_path):
     # A package named mxnet that fails to import, first on the path: what a broken install does.
     (tmp_path / "mxnet").mkdir()
     (tmp_path / "mxnet" / "__init__.py").write_text("raise ImportError('libmxnet.so missing')\n")
-    proc = subprocess.run([sys.executable, "-m", "gluondist.cli", "env"], capture_output=True,
-                          text=True, timeout=60, env={**__import__("os").environ,
-                                                      "PYTHONPATH": str(tmp_path)})
+    proc = run_cli("env", env={"PYTHONPATH": str(tmp_path)})
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == (
         "gluondist: error: MXNet does not import (libmxnet.so missing); install it: "

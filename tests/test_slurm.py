@@ -119,7 +119,7 @@ def test_outside_an_allocation_is_a_clear_error(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     proc = subprocess.run([sys.executable, "-m", "gluondist.cli", "launch", "--launcher",
                            "slurm", str(SCRIPTS / "job.py")], env=env, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60)  # run_cli adds to os.environ; this removes
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("gluondist: error: --launcher slurm runs inside a Slurm "
                                    "allocation (sbatch or salloc); none found (SLURM_JOB_ID is "
