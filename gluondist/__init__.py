@@ -9,18 +9,22 @@ __version__ = "0.1.0"
 INSTALL_HINT = (
     "pip install 'gluondist[cpu]' (CPU) or 'gluondist[cu117]' (CUDA 11.7; see README for others)"
 )
-__all__ = ["fit", "launch", "LaunchOptions", "History", "Callback", "EarlyStopping", "kvstore",
-           "parallel"]
+__all__ = ["fit", "launch", "LaunchOptions", "History", "Callback", "EarlyStopping",
+           "ProgressBar", "EpochLogger", "Checkpointer", "kvstore", "parallel", "recipes"]
 
 _LAZY = {
     "fit": ("gluondist.training", "fit"),
     "History": ("gluondist.callbacks", "History"),
     "Callback": ("gluondist.callbacks", "Callback"),
     "EarlyStopping": ("gluondist.callbacks", "EarlyStopping"),
+    "ProgressBar": ("gluondist.callbacks", "ProgressBar"),
+    "EpochLogger": ("gluondist.callbacks", "EpochLogger"),
+    "Checkpointer": ("gluondist.callbacks", "Checkpointer"),
     "launch": ("gluondist.launcher.api", "launch"),
     "LaunchOptions": ("gluondist.launcher.options", "LaunchOptions"),
     "kvstore": ("gluondist.kvstore", None),
     "parallel": ("gluondist.parallel", None),
+    "recipes": ("gluondist.recipes", None),
 }
 
 

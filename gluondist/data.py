@@ -26,6 +26,8 @@ class Source:
         if self.X is not None:
             return split(self.X[idx], ctxs), split(self.y[idx], ctxs)
         data, label = self.batchify_fn([self.dataset[int(i)] for i in idx])
+        if not np.issubdtype(np.dtype(data.dtype), np.floating):
+            data = data.astype(np.float32)  # as for arrays: nets compute in floats
         return split(data, ctxs), split(label, ctxs)
 
 
@@ -37,15 +39,38 @@ def _array_dataset_labels(dataset) -> Optional[np.ndarray]:
 
 
 def _as_numpy(array, name: str) -> np.ndarray:
+    """``array`` as float32 numpy (integers and float64 included: MXNet computes in float32),
+    refusing NaN and infinities, which would train a broken model without a word."""
     if isinstance(array, mx.nd.NDArray):
         array = array.asnumpy()
     try:
         array = np.asarray(array)
-    except Exception as exc:  # ragged lists and the like
-        raise ValueError(f"{name} cannot be read as an array: {exc}") from None
-    if array.dtype == np.float64:
-        array = array.astype(np.float32)  # MXNet computes in float32; float64 only costs time
+        if array.dtype != np.float32:
+            array = array.astype(np.float32)
+    except Exception as exc:  # ragged lists, strings and the like
+        raise ValueError(f"{name} cannot be read as an array of numbers: {exc}") from exc
+    check_finite(array, name)
     return array
+
+
+def check_finite(array: np.ndarray, name: str) -> None:
+    """Raise ValueError naming the first row of ``array`` with a NaN or infinity."""
+    if array.size and not np.isfinite(array).all():
+        rows = ~np.isfinite(array.reshape(len(array), -1)).all(axis=1) if array.ndim else [True]
+        row = int(np.argmax(rows))
+        raise ValueError(f"{name} holds NaN or infinity (first in row {row}); clean or impute "
+                         "the data before training")
+
+
+def _check_dataset_arrays(dataset, name: str) -> None:
+    """NaN and infinity in the arrays of an ArrayDataset (other datasets: checked in training,
+    through the loss)."""
+    if isinstance(dataset, mx.gluon.data.ArrayDataset):
+        for i, array in enumerate(dataset._data):
+            if isinstance(array, (mx.nd.NDArray, np.ndarray)) and \
+                    np.issubdtype(np.dtype(array.dtype), np.floating):
+                check_finite(array.asnumpy() if isinstance(array, mx.nd.NDArray) else array,
+                             f"{name} array {i}")
 
 
 def source(data, name: str) -> Tuple[Source, Optional[int]]:
@@ -61,7 +86,7 @@ def source(data, name: str) -> Tuple[Source, Optional[int]]:
                              "give one label per sample")
         if len(X) == 0:
             raise ValueError(f"{name} is empty")
-        return Source(X=X, y=y.astype(np.float32)), None
+        return Source(X=X, y=y), None
     if isinstance(data, mx.gluon.data.DataLoader):
         sampler = data._batch_sampler
         batch_size = getattr(sampler, "_batch_size", None)
@@ -71,6 +96,7 @@ def source(data, name: str) -> Tuple[Source, Optional[int]]:
     if isinstance(data, mx.gluon.data.Dataset):
         if len(data) == 0:
             raise ValueError(f"{name} is empty")
+        _check_dataset_arrays(data, name)
         return Source(dataset=data), None
     raise ValueError(f"{name} must be an (X, y) tuple of arrays, a gluon.data.Dataset or a "
                      f"DataLoader, not {type(data).__name__}")

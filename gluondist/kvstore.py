@@ -24,7 +24,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import envvars
+from . import envvars, parallel
 from ._mx import mx
 
 log = logging.getLogger(__name__)
@@ -125,10 +125,21 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     first pull cannot race a gradient push. Call ``step()`` with the *global* batch size.
 
     ``dist_async`` applies each worker's gradient alone, with a scale fixed when the optimizer
-    is sent to the servers (here): give ``batch_size``, the local size every ``step()`` uses."""
+    is sent to the servers (here): give ``batch_size``, the local size every ``step()`` uses.
+
+    Any number of trainers may be made in one process, one after another (a second ``fit``, a
+    new model): each gets kvstore keys after the previous one's, so a distributed kvstore (which
+    MXNet keeps for the life of the process) never sees a key registered twice. Every worker
+    must make the same sequence of trainers; in ``dist_sync`` this is checked."""
     kv = create(kvstore, num_contexts) if isinstance(kvstore, str) or kvstore is None else kvstore
     dist = kv is not None and "dist" in kv.type
     update_on_kvstore = None if kv is None else (dist and "async" in kv.type)
+    if dist:
+        params = list(params.values()) if isinstance(params, dict) else list(params)
+        kv = _KeyedStore(kv, _reserve_keys(kv, len(params), agree=not update_on_kvstore))
+    if isinstance(optimizer, mx.optimizer.Optimizer) and optimizer_params:
+        raise ValueError("give optimizer_params only with an optimizer name: an "
+                         "mx.optimizer.Optimizer instance carries its own settings")
     trainer = mx.gluon.Trainer(params, optimizer, optimizer_params, kvstore=kv,
                                update_on_kvstore=update_on_kvstore)
     if dist:
@@ -228,37 +239,145 @@ class ShardedBatchSampler:
             yield local.tolist()
 
 
-def train_parameter_server(net, X, y, epochs: int = 1, batch_size: int = 32, loss=None,
-                           optimizer="sgd", optimizer_params=None, kvstore="auto",
-                           seed: int = 0) -> List[float]:
-    """Recipe 1 done right: train ``net`` on ``(X, y)`` in parameter-server mode.
+_next_key = 0  # the first kvstore key the next trainer of this process gets
 
-    Runs as it is in one process, and under ``gluondist launch`` as one of N workers (each takes
-    its slice of every global batch of ``batch_size * N``). Returns the mean training loss of
-    each epoch over this worker's samples."""
-    from . import parallel
 
-    X, y = np.asarray(X, dtype=np.float32), np.asarray(y, dtype=np.float32)
-    mx.random.seed(seed)
-    loss = loss or mx.gluon.loss.SoftmaxCrossEntropyLoss()
-    ctxs = [mx.cpu()]
-    parallel.initialize(net, ctxs, sample=X[:1])  # shapes must be known before the sync
-    trainer = make_trainer(net.collect_params(), optimizer,
-                           optimizer_params or {"learning_rate": 0.1}, kvstore)
-    sampler = ShardedBatchSampler(len(X), batch_size, num_workers(), rank(), seed=seed)
-    losses = []
-    for epoch in range(epochs):
-        sampler.set_epoch(epoch)
-        total, count = mx.nd.zeros((1,)), 0
-        for idx, global_count in sampler.batches():
-            empty = len(idx) == 0  # a share of the last global batch; still push (zeros)
-            idx = idx if not empty else np.arange(1)
-            _, batch_losses = parallel.forward_backward(
-                net, loss, [mx.nd.array(X[idx])], [mx.nd.array(y[idx])], ctxs,
-                scale=0.0 if empty else 1.0)
-            trainer.step(global_count)  # servers sum all workers' gradients: divide by all
-            if not empty:
-                total += batch_losses[0].sum()  # one context: never None here
-                count += len(idx)
-        losses.append(total.asscalar() / max(count, 1))
-    return losses
+def _reserve_keys(kv, count: int, agree: bool) -> int:
+    """Keys ``offset .. offset+count-1`` for a new trainer on the distributed kvstore."""
+    global _next_key
+    offset, _next_key = _next_key, _next_key + count
+    if agree:  # a worker whose trainers differ would push to keys nobody else pulls: hang
+        total, squares = allreduce([offset, offset * offset])
+        if kv.num_workers * squares != total * total:
+            raise RuntimeError("workers made different sequences of trainers (fit calls); every "
+                               "worker of a job must run the same training calls in order")
+    return offset
+
+
+class _KeyedStore(mx.kv.KVStoreBase):
+    """The process's distributed kvstore as one trainer sees it: its keys 0..n-1 moved to
+    ``offset``..``offset+n-1``. ``gluon.Trainer`` always numbers its parameters from 0, and a
+    second trainer on MXNet's one distributed kvstore would register those keys again and hang
+    in the init broadcast."""
+
+    def __init__(self, kv, offset: int):
+        self._kv, self._offset = kv, offset
+
+    def _key(self, key):
+        if isinstance(key, (list, tuple)):
+            return [k + self._offset for k in key]
+        return key + self._offset
+
+    def init(self, key, value):
+        return self._kv.init(self._key(key), value)
+
+    def broadcast(self, key, value, out, priority=0):
+        return self._kv.broadcast(self._key(key), value, out, priority=priority)
+
+    def push(self, key, value, priority=0):
+        return self._kv.push(self._key(key), value, priority=priority)
+
+    def pull(self, key, out=None, priority=0, ignore_sparse=True):
+        return self._kv.pull(self._key(key), out=out, priority=priority,
+                             ignore_sparse=ignore_sparse)
+
+    def pushpull(self, key, value, out=None, priority=0):
+        return self._kv.pushpull(self._key(key), value, out=out, priority=priority)
+
+    def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
+        return self._kv.row_sparse_pull(self._key(key), out=out, priority=priority,
+                                        row_ids=row_ids)
+
+    def set_optimizer(self, optimizer):
+        return self._kv.set_optimizer(optimizer)
+
+    def is_capable(self, capability):
+        return self._kv.is_capable(capability)
+
+    def save_optimizer_states(self, fname, dump_optimizer=False):
+        return self._kv.save_optimizer_states(fname, dump_optimizer)
+
+    def load_optimizer_states(self, fname):
+        return self._kv.load_optimizer_states(fname)
+
+    @property
+    def type(self):
+        return self._kv.type
+
+    @property
+    def rank(self):
+        return self._kv.rank
+
+    @property
+    def num_workers(self):
+        return self._kv.num_workers
+
+    def __getattr__(self, name):  # _barrier, set_gradient_compression, _updater, ...
+        return getattr(self._kv, name)
+
+
+class TrainStep:
+    """The optimizer step of one batch, right for the trainer's kvstore mode.
+
+    ``step.loss_scale(local_count)`` is the factor for this worker's losses before backward;
+    ``step(global_count)`` then applies the update. Sync modes (one process, devices,
+    ``dist_sync``) apply the mean gradient of the whole global batch, clipped to the global norm
+    ``clip`` if given. ``dist_async`` servers apply each worker's gradient alone with a scale
+    fixed at trainer creation (``batch_size``), so a short batch is rescaled through the loss and
+    clipping acts on this worker's own gradient. An empty share (a worker's part of a tiny last
+    global batch) gets scale 0: it pushes zeros and keeps in step with the others."""
+
+    def __init__(self, trainer, kv, ctxs, batch_size: int, clip: Optional[float] = None):
+        self.trainer, self.ctxs, self.batch_size, self.clip = trainer, list(ctxs), batch_size, clip
+        self.distributed = kv is not None and "dist" in kv.type
+        self.async_mode = self.distributed and "async" in kv.type
+        # In dist_async the servers apply the optimizer to every push: sums of metrics or flags
+        # through the kvstore are impossible there, so each worker decides alone.
+        self.agree = self.distributed and not self.async_mode
+
+    def loss_scale(self, local_count: int) -> float:
+        if local_count == 0:
+            return 0.0
+        return self.batch_size / local_count if self.async_mode else 1.0
+
+    def __call__(self, global_count: int) -> None:
+        trainer, count = self.trainer, self.batch_size if self.async_mode else global_count
+        if self.clip is None:
+            trainer.step(count)
+        elif self.async_mode:  # the servers update: clip this worker's gradient before it goes
+            _clip_local(trainer, self.ctxs, self.clip * count)
+            trainer.step(count)
+        else:
+            trainer.allreduce_grads()
+            parallel.clip_global_norm(trainer, self.ctxs, self.clip * count)  # grads are sums
+            trainer.update(count)
+
+    def average_untrained(self) -> None:
+        """Make every copy of each parameter that gradients do not train (BatchNorm's running
+        mean and variance, anything with ``grad_req='null'``) the mean over this process's
+        devices and, in ``dist_sync``, over all workers. Every worker must call it together."""
+        fixed = [p for p in self.trainer._params if p.grad_req == "null"]
+        if not fixed:
+            return
+        means = [mx.nd.add_n(*[d.as_in_context(mx.cpu()) for d in p.list_data()])
+                 / len(p.list_data()) for p in fixed]
+        if self.agree:
+            flat = np.concatenate([m.asnumpy().ravel().astype(np.float64) for m in means])
+            flat = allreduce(flat) / num_workers()
+            means, at = [], 0
+            for p in fixed:
+                size = int(np.prod(p.shape))
+                means.append(mx.nd.array(flat[at:at + size].reshape(p.shape), dtype=p.dtype))
+                at += size
+        for p, mean in zip(fixed, means):
+            p.set_data(mean)
+
+
+def _clip_local(trainer, ctxs, max_norm):
+    params = [p for p in trainer._params if p.grad_req != "null"]
+    sums = [mx.nd.add_n(*[p.grad(c).as_in_context(ctxs[0]) for c in ctxs]) for p in params]
+    norm = float(mx.nd.sqrt(mx.nd.add_n(*[(g * g).sum() for g in sums])).asscalar())
+    if norm > max_norm:
+        for p in params:
+            for c in ctxs:
+                p.grad(c)[:] *= max_norm / norm

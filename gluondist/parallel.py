@@ -149,35 +149,3 @@ def clip_global_norm(trainer, ctxs: Sequence["mx.Context"], max_norm: float) -> 
         grads = [p.grad(ctx) for p in trainer._params if p.grad_req != "null"]
         norm = mx.gluon.utils.clip_global_norm(grads, max_norm, check_isfinite=False)
     return float(norm.asscalar())
-
-
-def train_data_parallel(net, X, y, ctx: Contexts = None, epochs: int = 1, batch_size: int = 64,
-                        loss=None, optimizer="sgd", optimizer_params=None,
-                        seed: int = 0) -> List[float]:
-    """Recipe 2 done right: train ``net`` on ``(X, y)`` across the devices ``ctx``.
-
-    Parameters live on every device, each batch (any size) is split across them, each device
-    runs forward and backward on its part, and one trainer step applies the mean gradient of the
-    whole batch. Returns the mean training loss of each epoch."""
-    from . import kvstore
-
-    X, y = np.asarray(X, dtype=np.float32), np.asarray(y, dtype=np.float32)
-    ctxs = contexts(ctx)
-    mx.random.seed(seed)
-    loss = loss or mx.gluon.loss.SoftmaxCrossEntropyLoss()
-    initialize(net, ctxs, sample=X[:1])
-    trainer = kvstore.make_trainer(net.collect_params(), optimizer,
-                                   optimizer_params or {"learning_rate": 0.1},
-                                   "device" if len(ctxs) > 1 else None)
-    sampler = kvstore.ShardedBatchSampler(len(X), batch_size, seed=seed)
-    losses = []
-    for epoch in range(epochs):
-        sampler.set_epoch(epoch)
-        total = 0.0
-        for idx, count in sampler.batches():
-            _, batch_losses = forward_backward(net, loss, split(X[idx], ctxs), split(y[idx], ctxs),
-                                               ctxs)
-            trainer.step(count)
-            total += sum(l.sum().asscalar() for l in batch_losses if l is not None)
-        losses.append(total / len(X))
-    return losses

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from gluondist import envvars, kvstore
+from gluondist import envvars, kvstore, recipes
 from gluondist.kvstore import ShardedBatchSampler
 
 
@@ -93,7 +93,7 @@ def test_sampler_rejects_bad_arguments(kwargs, message):
 def test_parameter_server_recipe_trains_in_one_process(digits):
     import mxnet as mx
     X, y = digits
-    losses = kvstore.train_parameter_server(mx.gluon.nn.Dense(10), X, y, epochs=3,
+    losses = recipes.train_parameter_server(mx.gluon.nn.Dense(10), X, y, epochs=3,
                                             batch_size=32,
                                             optimizer_params={"learning_rate": 0.5})
     assert len(losses) == 3 and losses[-1] < losses[0] * 0.5

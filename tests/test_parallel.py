@@ -2,7 +2,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from gluondist import parallel
+from gluondist import parallel, recipes
 from conftest import mlp, param_sum, rel_diff
 
 
@@ -40,7 +40,7 @@ def test_split_handles_uneven_and_tiny_batches(n, expected):
 
 def _train(ctxs, X, y, batch):
     net = mlp()
-    losses = parallel.train_data_parallel(net, X, y, ctx=ctxs, epochs=2, batch_size=batch,
+    losses = recipes.train_data_parallel(net, X, y, ctx=ctxs, epochs=2, batch_size=batch,
                                           optimizer_params={"learning_rate": 0.1,
                                                             "momentum": 0.9})
     return net, losses

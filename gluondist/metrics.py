@@ -1,0 +1,243 @@
+"""Metrics for :func:`gluondist.fit`: each value is the mean over every sample of every worker.
+
+MXNet's own ``mse``, ``mae``, ``rmse`` and ``ce`` metrics average per-batch means (a short last
+batch weighs as much as a full one) and read every batch back to the host. Here each metric
+keeps a running sum and a sample count per device, on the device; fit reads them once per epoch
+and sums them over workers, so one device, several devices and several workers give the same
+figure. A user's own ``mx.metric.EvalMetric`` is combined as the sample-weighted mean of its
+per-batch values: exact for metrics that are means over samples (all of MXNet's above), an
+approximation for ones that are not (F1, MCC, Pearson correlation).
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Sequence, Tuple
+
+from ._mx import mx
+
+
+class DeviceSums:
+    """Running sums kept on each context, keyed by context position (no host sync per add)."""
+
+    def __init__(self):
+        self.sums: Dict[int, "mx.nd.NDArray"] = {}
+
+    def add(self, i: int, value) -> None:
+        # A new array each time, never +=: ``value`` may still be read on its own (fit checks
+        # each batch's loss one batch later).
+        self.sums[i] = self.sums[i] + value if i in self.sums else value
+
+    def total(self) -> float:
+        return float(sum(s.asscalar() for s in self.sums.values()))
+
+
+class Metric:
+    """A per-sample mean. ``update(labels, preds)`` takes one label and one prediction per
+    context (None where a context had no samples); ``sums()`` returns ``(sum, count)``;
+    ``value(sum, count)`` turns the (worker-summed) pair into the reported figure."""
+    name = "metric"
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self._sums, self._count = DeviceSums(), 0
+
+    def per_sample(self, label, pred):
+        """The sum over this part's samples of the per-sample value (an NDArray)."""
+        raise NotImplementedError
+
+    def update(self, labels: Sequence, preds: Sequence) -> None:
+        for i, (label, pred) in enumerate(zip(labels, preds)):
+            if pred is not None:
+                self._sums.add(i, self.per_sample(label, pred))
+                self._count += pred.shape[0]
+
+    def sums(self) -> Tuple[float, int]:
+        return self._sums.total(), self._count
+
+    def value(self, total: float, count: float) -> float:
+        return total / count if count else float("nan")
+
+
+def _like(label, pred):
+    """``label`` in ``pred``'s shape where they hold as many values ((n,) against (n, 1))."""
+    return label.reshape(pred.shape) if label.shape != pred.shape and label.size == pred.size \
+        else label
+
+
+class Accuracy(Metric):
+    name = "accuracy"
+
+    def per_sample(self, label, pred):
+        if label.ndim != pred.ndim - 1:
+            label = label.reshape(pred.shape[:-1])
+        return (pred.argmax(axis=-1) == label.astype(pred.dtype, copy=False)).sum()
+
+
+class TopKAccuracy(Metric):
+    def __init__(self, k: int):
+        self.k, self.name = k, f"top_k_accuracy_{k}"
+        super().__init__()
+
+    def per_sample(self, label, pred):
+        top = mx.nd.topk(pred, axis=-1, k=self.k, ret_typ="indices")
+        label = label.reshape((-1, 1)).astype(top.dtype, copy=False)
+        return mx.nd.broadcast_equal(top, label).sum()
+
+
+class _Elementwise(Metric):
+    """Mean over a sample's elements, then over samples (as MXNet's, but per sample)."""
+
+    def per_sample(self, label, pred):
+        error = self.error(_like(label, pred).astype(pred.dtype, copy=False), pred)
+        return error.sum() / (error.size // pred.shape[0])
+
+
+class MSE(_Elementwise):
+    name = "mse"
+
+    @staticmethod
+    def error(label, pred):
+        return (label - pred) ** 2
+
+
+class MAE(_Elementwise):
+    name = "mae"
+
+    @staticmethod
+    def error(label, pred):
+        return (label - pred).abs()
+
+
+class RMSE(MSE):
+    """The root of the mean squared error over all samples (not a mean of per-batch roots)."""
+    name = "rmse"
+
+    def value(self, total, count):
+        return math.sqrt(total / count) if count else float("nan")
+
+
+class CrossEntropy(Metric):
+    """MXNet's ``ce``: ``-log p[label]`` where the net outputs probabilities (not logits)."""
+    name = "cross-entropy"
+
+    def __init__(self, eps: float = 1e-12):
+        self.eps = eps
+        super().__init__()
+
+    def per_sample(self, label, pred):
+        prob = mx.nd.pick(pred, label.reshape(pred.shape[:-1]), axis=-1)
+        return -(prob + self.eps).log().sum()
+
+
+class Custom(Metric):
+    """A user's ``mx.metric.EvalMetric``, weighted by each part's sample count."""
+
+    def __init__(self, metric):
+        self.metric, self.name = metric, metric.name
+        super().__init__()
+
+    def reset(self):
+        self._total, self._count = 0.0, 0
+
+    def update(self, labels, preds):
+        for label, pred in zip(labels, preds):
+            if pred is None:
+                continue
+            self.metric.reset()
+            self.metric.update([label], [pred])
+            value = self.metric.get()[1]
+            n = pred.shape[0]
+            self._total += float(value) * n
+            self._count += n
+
+    def sums(self):
+        return self._total, self._count
+
+
+_BUILTIN = {
+    mx.metric.Accuracy: lambda m: Accuracy(),
+    mx.metric.TopKAccuracy: lambda m: TopKAccuracy(m.top_k),
+    mx.metric.RMSE: lambda m: RMSE(),
+    mx.metric.MSE: lambda m: MSE(),
+    mx.metric.MAE: lambda m: MAE(),
+    mx.metric.CrossEntropy: lambda m: CrossEntropy(m.eps),
+}
+SUPPORTED = "accuracy (acc), top_k_accuracy, mse, mae, rmse, ce"
+
+
+def create(metrics) -> List[Metric]:
+    """Our metrics for what a user passes as ``metrics``: None, a name, an EvalMetric, or a list
+    of them (a CompositeEvalMetric is taken apart). Raises ValueError naming an unknown one."""
+    if metrics is None:
+        return []
+    if isinstance(metrics, (str, mx.metric.EvalMetric)):
+        metrics = [metrics]
+    if not isinstance(metrics, (list, tuple)):
+        raise ValueError(f"metrics must be a name, an mx.metric.EvalMetric or a list of them, "
+                         f"not {metrics!r}")
+    out: List[Metric] = []
+    for m in metrics:
+        if isinstance(m, str):
+            try:
+                m = mx.metric.create(m)
+            except Exception as exc:
+                raise ValueError(f"unknown metric {m!r}; use one of {SUPPORTED}, or an "
+                                 "mx.metric.EvalMetric") from exc
+        if isinstance(m, mx.metric.CompositeEvalMetric):
+            out.extend(create(list(m.metrics)))
+        elif type(m) in _BUILTIN:
+            out.append(_BUILTIN[type(m)](m))
+        elif isinstance(m, mx.metric.EvalMetric):
+            out.append(Custom(m))
+        else:
+            raise ValueError(f"metric {m!r} is neither a name nor an mx.metric.EvalMetric")
+    names = [m.name for m in out]
+    repeated = sorted({n for n in names if names.count(n) > 1 or n == "loss"})
+    if repeated:
+        raise ValueError(f"metric name(s) {', '.join(repeated)} appear twice (the loss is "
+                         "always reported as 'loss'); pass each metric once")
+    return out
+
+
+def check(metric_list: List[Metric], labels, preds, source: str) -> None:
+    """Update each metric on one batch and reset it: a metric that cannot handle this data
+    fails now, with its own reason, instead of after an epoch of training."""
+    for m in metric_list:
+        try:
+            m.update(labels, preds)
+            m.sums()
+        except Exception as exc:
+            raise ValueError(f"metric {m.name!r} cannot be computed on {source}: "
+                             f"{last_line(exc)}") from exc
+        finally:
+            m.reset()
+
+
+def last_line(exc: BaseException) -> str:
+    """The line of an exception's message that says what went wrong (MXNet's errors put a
+    C++ stack trace first and the reason last)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[-1] if lines else type(exc).__name__
+    for prefix in ("mxnet.base.MXNetError: ", "MXNetError: "):
+        text = text[len(prefix):] if text.startswith(prefix) else text
+    return text
+
+
+def reduce(pairs: Dict[str, Tuple[float, float]], metric_list: List[Metric],
+           allreduce=None) -> Dict[str, float]:
+    """``{name: value}`` from per-process ``(sum, count)`` pairs (the loss first) and the
+    metrics, summed over workers by ``allreduce`` (a function on a list of floats) if given."""
+    named = list(pairs.items()) + [(m.name, m.sums()) for m in metric_list]
+    flat = [x for _, pair in named for x in pair]
+    if allreduce is not None:
+        flat = list(allreduce(flat))
+    value = {m.name: m.value for m in metric_list}
+    out: Dict[str, float] = {}
+    for i, (name, _) in enumerate(named):
+        total, count = flat[2 * i], flat[2 * i + 1]
+        out[name] = value[name](total, count) if name in value else \
+            (total / count if count else float("nan"))
+    return out
+
