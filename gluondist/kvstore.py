@@ -135,7 +135,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     dist = kv is not None and "dist" in kv.type
     update_on_kvstore = None if kv is None else (dist and "async" in kv.type)
     if dist:
-        params = list(params.values()) if isinstance(params, dict) else list(params)
+        params = list(params.values()) if hasattr(params, "values") else list(params)
         kv = _KeyedStore(kv, _reserve_keys(kv, len(params), agree=not update_on_kvstore))
     if isinstance(optimizer, mx.optimizer.Optimizer) and optimizer_params:
         raise ValueError("give optimizer_params only with an optimizer name: an "

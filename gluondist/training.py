@@ -203,17 +203,20 @@ def _train_epoch(run: Run, epoch: int) -> dict:
         data, label = run.train.load(idx if n else np.arange(1), run.ctxs)
         outputs, losses = parallel.forward_backward(run.net, run.loss, data, label, run.ctxs,
                                                     run.step.loss_scale(n))
-        run.step(global_count)
         batch_sums = [(i, l.sum()) for i, l in enumerate(losses) if l is not None] if n else []
+        if run.terminate_on_nan:
+            if run.step.distributed:  # before the push: no other worker ever sees the NaN
+                _check_finite(run, (batch, batch_sums))
+            else:  # one batch late, so that the device never waits for Python
+                _check_finite(run, pending)
+                pending = (batch, batch_sums)
+        run.step(global_count)
         for i, s in batch_sums:
             sums.add(i, s)
         count += n
         if n:
             for m in run.metrics:
                 m.update(label, outputs)
-        if run.terminate_on_nan:  # checked one batch late: the device never waits for Python
-            _check_finite(run, pending)
-            pending = (batch, batch_sums)
         if hooks:
             run.callbacks.on_batch_end(run, batch, _BatchLogs(batch, n, batch_sums))
     _check_finite(run, pending)

@@ -17,7 +17,7 @@ SCRIPT = str(SCRIPTS / "fit_job.py")
 
 def one_process(epochs, batch, opts=None):
     train, val = fit_job.data()
-    model = fit_job.net()
+    model = fit_job.net(opts)
     history = gluondist.fit(model, train, val_data=val, epochs=epochs, batch_size=batch, seed=11,
                             optimizer_params=fit_job.optimizer_params(opts or {}))
     params = {k: p.data().asnumpy() for k, p in model._collect_params_with_prefix().items()}
@@ -56,7 +56,7 @@ def test_a_crashed_job_resumes_from_its_checkpoint(launch, tmp_path):
                    json.dumps({"ckpt": str(ckpt), "crash_in_epoch": 2}))
     assert crash.wait(timeout=300) == 1
     assert "RuntimeError: worker 1 crashes in epoch 2" in crash.err
-    assert sorted(p.name for p in ckpt.iterdir()) == ["epoch-0000.ckpt", "epoch-0001.ckpt"]
+    assert sorted(p.name for p in ckpt.iterdir()) == ["ckpt-000000", "ckpt-000001"]
     resumed = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 4, 32, json.dumps({"ckpt": str(ckpt)}))
     assert resumed.wait(timeout=300) == 0, resumed.err
     (p0, _), (h0, _) = job_results(tmp_path, 2)
@@ -95,3 +95,68 @@ def test_dist_async_trains(launch, tmp_path):
     for h in histories:  # in async mode each worker reports its own share
         assert h["loss"][-1] < h["loss"][0] * 0.85
         assert h["val_loss"][-1] < h["val_loss"][0]
+
+
+@pytest.mark.parametrize("kind", ["dist_sync", "dist_async"])
+def test_several_fits_in_one_job_finish_and_agree(launch, tmp_path, kind):
+    opts = {"several": True, "lr": 0.1, "momentum": 0.0}
+    job = launch("-n", 2, "-s", 1, "--kvstore", kind, SCRIPT, tmp_path, 2, 16, json.dumps(opts))
+    assert job.wait(timeout=300) == 0, job.err
+    (p0, p1), (h0, h1) = job_results(tmp_path, 2)
+    assert len(h0["loss"]) == 2
+    if kind == "dist_sync":  # async workers apply their pushes in no fixed order
+        assert h0 == h1 and all(np.array_equal(p0[k], p1[k]) for k in p0)
+        ref, ref_history = one_process(2, 32, opts)
+        assert rel_diff(total(ref), total(p0)) <= 1e-4
+    assert job.leftovers() == []
+
+
+def test_a_stop_mid_epoch_then_resume_equals_an_uninterrupted_job(launch, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    stopped = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 4, 32,
+                     json.dumps({"ckpt": str(ckpt), "stop_at": [1, 1]}))
+    assert stopped.wait(timeout=300) == 0, stopped.err
+    _, (h0, h1) = job_results(tmp_path, 2)
+    assert len(h0["loss"]) == len(h1["loss"]) == 2  # epoch 2 finished, then both stopped
+    resumed = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 4, 32, json.dumps({"ckpt": str(ckpt)}))
+    assert resumed.wait(timeout=300) == 0, resumed.err
+    (p0, _), (h0, _) = job_results(tmp_path, 2)
+    ref, ref_history = one_process(4, 64)
+    assert rel_diff(total(ref), total(p0)) <= 1e-4
+    assert np.allclose(h0["loss"], ref_history["loss"], rtol=1e-4)
+    assert stopped.leftovers() == [] and resumed.leftovers() == []
+
+
+def test_a_non_finite_loss_stops_every_worker_and_names_the_rank(launch, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    job = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 4, 16,
+                 json.dumps({"ckpt": str(ckpt), "poison": [1, 1]}))
+    assert job.wait(timeout=300) == 1
+    assert "worker 1 failed first" in job.err
+    # checked before the push: worker 0 never sees the NaN, it is stopped by the launcher
+    assert "FloatingPointError: training loss is nan in epoch 2/4, batch 3/5 on worker 1" \
+        in job.err
+    assert "on worker 0" not in job.err
+    assert [p.name for p in ckpt.iterdir()] == ["ckpt-000000"]  # epoch 1's, intact
+    assert job.leftovers() == []
+
+
+def test_regression_metrics_of_a_job_are_exact(launch, tmp_path):
+    job = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 2, 32,
+                 json.dumps({"regression": True, "lr": 0.05, "momentum": 0.0}))
+    assert job.wait(timeout=300) == 0, job.err
+    _, (h0, h1) = job_results(tmp_path, 2)
+    assert h0 == h1
+    exact = json.loads((tmp_path / "metrics.0.json").read_text())
+    assert h0["val_mse"][-1] == pytest.approx(exact["mse"], rel=1e-6)
+    assert h0["val_mae"][-1] == pytest.approx(exact["mae"], rel=1e-6)
+
+
+def test_batchnorm_statistics_are_equal_on_every_worker(launch, tmp_path):
+    job = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 2, 16, json.dumps({"batchnorm": True}))
+    assert job.wait(timeout=300) == 0, job.err
+    (p0, p1), _ = job_results(tmp_path, 2)
+    stats = [k for k in p0 if "running" in k]
+    assert len(stats) == 2
+    for key in p0:
+        assert np.array_equal(p0[key], p1[key]), key

@@ -2,8 +2,12 @@
 
 Writes params.<rank>.npz and history.<rank>.json to OUT_DIR. OPTIONS_JSON keys: ckpt
 (checkpoint_dir), lr, momentum, clip, schedule (bool), crash_in_epoch (worker 1 raises when
-that epoch begins, on a job's first attempt only), optimizer. The tests import data(), net()
-and optimizer_params() to train the same model in one process.
+that epoch begins, on a job's first attempt only), optimizer, stop_at ([epoch, batch]: worker 0
+asks to stop there), poison ([epoch, batch]: worker 1 sets its output bias to NaN there),
+batchnorm (a net with BatchNorm), regression (a regression net, L2 loss, mse/mae metrics; also
+writes numpy's val mse/mae of the final net to metrics.<rank>.json), several (the parameter-
+server recipe, then fit, then fit again on the same net, then the real fit on a new net). The
+tests import data(), net() and optimizer_params() to train the same model in one process.
 """
 import json
 import os
@@ -13,7 +17,7 @@ import mxnet as mx
 import numpy as np
 
 import gluondist
-from gluondist import kvstore
+from gluondist import kvstore, recipes
 
 
 def data():
@@ -23,10 +27,22 @@ def data():
     return (X[:129], y[:129]), (X[129:], y[129:])  # 129: the last global batch is tiny
 
 
-def net():
+def net(opts=None):
+    opts = opts or {}
     model = mx.gluon.nn.HybridSequential()
-    model.add(mx.gluon.nn.Dense(16, activation="relu"), mx.gluon.nn.Dense(3))
+    if opts.get("batchnorm"):
+        model.add(mx.gluon.nn.Dense(16), mx.gluon.nn.BatchNorm(), mx.gluon.nn.Activation("relu"))
+    else:
+        model.add(mx.gluon.nn.Dense(16, activation="relu"))
+    model.add(mx.gluon.nn.Dense(1 if opts.get("regression") else 3))
     return model
+
+
+def regression_data():
+    rs = np.random.RandomState(1)
+    X = rs.rand(931, 8).astype(np.float32)
+    y = (X @ rs.rand(8) + 0.1 * rs.randn(931)).astype(np.float32)
+    return (X[:600], y[:600]), (X[600:], y[600:])  # 331 validation samples: no batch divides
 
 
 def optimizer_params(opts):
@@ -36,6 +52,26 @@ def optimizer_params(opts):
     if opts.get("schedule"):
         params["lr_scheduler"] = mx.lr_scheduler.FactorScheduler(step=3, factor=0.7)
     return params
+
+
+class At(gluondist.Callback):
+    """Runs ``action(run)`` on worker ``rank`` after batch ``batch`` of ``epoch``."""
+
+    def __init__(self, rank, where, action):
+        self.rank, self.where, self.action = rank, tuple(where), action
+
+    def on_batch_end(self, run, batch, logs):
+        if run.rank == self.rank and (run.epoch, batch) == self.where:
+            self.action(run)
+
+
+def stop(run):
+    run.stop_training = True
+
+
+def poison(run):
+    bias = run.net[-1].bias
+    bias.set_data(bias.data() * np.nan)
 
 
 class CrashOnce(gluondist.Callback):
@@ -51,18 +87,33 @@ class CrashOnce(gluondist.Callback):
 def main():
     out, epochs, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     opts = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
-    train, val = data()
-    model = net()
+    train, val = regression_data() if opts.get("regression") else data()
+    extra = {"loss": mx.gluon.loss.L2Loss(), "metrics": ["mse", "mae"]} \
+        if opts.get("regression") else {}
+    if opts.get("several"):
+        recipes.train_parameter_server(mx.gluon.nn.Dense(3), *train, epochs=1, batch_size=batch)
+        warm = net(opts)
+        for _ in range(2):  # a fit, then fine-tuning the same net
+            gluondist.fit(warm, train, epochs=1, batch_size=batch, seed=3)
+    model = net(opts)
     callbacks = [CrashOnce(opts["crash_in_epoch"])] if "crash_in_epoch" in opts else []
+    if "stop_at" in opts:
+        callbacks.append(At(0, opts["stop_at"], stop))
+    if "poison" in opts:
+        callbacks.append(At(1, opts["poison"], poison))
     history = gluondist.fit(model, train, val_data=val, epochs=epochs, batch_size=batch, seed=11,
                             optimizer=opts.get("optimizer", "sgd"),
                             optimizer_params=optimizer_params(opts),
-                            checkpoint_dir=opts.get("ckpt"), callbacks=callbacks)
+                            checkpoint_dir=opts.get("ckpt"), callbacks=callbacks, **extra)
     rank = kvstore.rank()
     np.savez(os.path.join(out, f"params.{rank}.npz"),
              **{k: p.data().asnumpy() for k, p in model._collect_params_with_prefix().items()})
     with open(os.path.join(out, f"history.{rank}.json"), "w") as f:
         json.dump(history.history, f)
+    if opts.get("regression"):
+        err = model(mx.nd.array(val[0])).asnumpy().ravel().astype(np.float64) - val[1]
+        with open(os.path.join(out, f"metrics.{rank}.json"), "w") as f:
+            json.dump({"mse": float(np.mean(err ** 2)), "mae": float(np.mean(np.abs(err)))}, f)
 
 
 if __name__ == "__main__":
