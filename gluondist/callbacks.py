@@ -199,7 +199,8 @@ class Heartbeat(Callback):
 
 
 class EarlyStopping(Callback):
-    """Stop when ``monitor`` has not improved by ``min_delta`` for ``patience`` epochs.
+    """Stop once ``monitor`` has not improved by ``min_delta`` for ``patience`` epochs in a row
+    (as Keras; 0 and 1 both stop at the first epoch without improvement).
 
     ``mode`` is ``'min'`` or ``'max'``; ``'auto'`` takes ``'min'`` for names with "loss" or
     "error" and ``'max'`` for "acc"/"accuracy"/"f1", and refuses to guess otherwise (MXNet's
@@ -247,7 +248,7 @@ class EarlyStopping(Callback):
             self.best, self.wait = value, 0
             return
         self.wait += 1
-        if self.wait > self.patience:
+        if self.wait >= max(self.patience, 1):  # as Keras: the patience-th epoch stops
             self.stopped_epoch = epoch
             run.stop_training = True
             log.info("early stopping at epoch %d: %s did not improve on %.6g for %d epoch(s)",

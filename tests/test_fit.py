@@ -194,9 +194,9 @@ class Feed(Callback):
 
 
 @pytest.mark.parametrize("monitor,mode,values,stops_after", [
-    ("val_loss", "auto", [3, 2, 2.5, 2.6, 1], 4),  # min: worse twice -> stop
+    ("val_loss", "auto", [3, 2, 2.5, 2.6, 1], 3),  # min: worse once (patience 1) -> stop
     ("val_loss", "min", [3, 2, 1, 0.5, 0.1], 5),
-    ("val_accuracy", "auto", [0.5, 0.6, 0.55, 0.5, 0.9], 4),  # max, not min
+    ("val_accuracy", "auto", [0.5, 0.6, 0.55, 0.5, 0.9], 3),  # max, not min
     ("val_accuracy", "max", [0.5, 0.6, 0.7, 0.8, 0.9], 5),
 ])
 def test_early_stopping_respects_its_mode(small, monitor, mode, values, stops_after):

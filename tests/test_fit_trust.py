@@ -137,8 +137,9 @@ def test_early_stopping_state_survives_a_resume(small, tmp_path):
     resumed = EarlyStopping(patience=2)
     _, h = _fit(small[0], epochs=6, val_data=small[1], checkpoint_dir=tmp_path,
                 callbacks=[Feed(), resumed])
-    # 2.5, 2.6, 2.7: three epochs without improving on 2 (patience 2) -> stop after epoch 4
-    assert len(h.history["loss"]) == 5 and resumed.stopped_epoch == 4
+    # 2.5, then 2.6 after the resume: two epochs without improving on 2 (patience 2) -> stop;
+    # without its state it would start over at 2.6 and run all six epochs
+    assert len(h.history["loss"]) == 4 and resumed.stopped_epoch == 3
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
