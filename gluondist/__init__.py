@@ -10,7 +10,8 @@ INSTALL_HINT = (
     "pip install 'gluondist[cpu]' (CPU) or 'gluondist[cu117]' (CUDA 11.7; see README for others)"
 )
 __all__ = ["fit", "launch", "LaunchOptions", "History", "Callback", "EarlyStopping",
-           "ProgressBar", "EpochLogger", "Checkpointer", "kvstore", "parallel", "recipes"]
+           "ProgressBar", "EpochLogger", "Checkpointer", "SaveBest", "evaluate", "predict", "kvstore",
+           "parallel", "recipes"]
 
 _LAZY = {
     "fit": ("gluondist.training", "fit"),
@@ -20,6 +21,9 @@ _LAZY = {
     "ProgressBar": ("gluondist.callbacks", "ProgressBar"),
     "EpochLogger": ("gluondist.callbacks", "EpochLogger"),
     "Checkpointer": ("gluondist.callbacks", "Checkpointer"),
+    "SaveBest": ("gluondist.callbacks", "SaveBest"),
+    "evaluate": ("gluondist.evaluation", "evaluate"),
+    "predict": ("gluondist.evaluation", "predict"),
     "launch": ("gluondist.launcher.api", "launch"),
     "LaunchOptions": ("gluondist.launcher.options", "LaunchOptions"),
     "kvstore": ("gluondist.kvstore", None),

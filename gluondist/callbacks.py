@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from typing import Dict, List, Optional, Sequence
 
 from . import heartbeat
+from ._mx import mx
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,13 @@ class Callback:
         return {}
 
     def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def state_arrays(self) -> dict:
+        """Arrays (name -> NDArray) to checkpoint beside ``state_dict()``, e.g. best weights."""
+        return {}
+
+    def load_state_arrays(self, arrays: dict) -> None:
         pass
 
 
@@ -93,10 +102,30 @@ class CallbackList:
     def state_dict(self) -> Dict[str, dict]:
         return {key: cb.state_dict() for key, cb in self._keys() if cb.state_dict()}
 
-    def load_state_dict(self, states: Dict[str, dict]) -> None:
+    def state_arrays(self) -> dict:
+        return {f"{key}/{name}": array for key, cb in self._keys()
+                for name, array in cb.state_arrays().items()}
+
+    def load_state_dict(self, states: Dict[str, dict], arrays: Optional[dict] = None) -> None:
+        arrays = arrays or {}
         for key, cb in self._keys():
             if states.get(key):
                 cb.load_state_dict(states[key])
+            mine = {name[len(key) + 1:]: a for name, a in arrays.items()
+                    if name.startswith(key + "/")}
+            if mine:
+                cb.load_state_arrays(mine)
+
+
+SPEED_KEYS = ("epoch_seconds", "samples_per_s")  # in the History, not learning curves
+
+
+def format_logs(logs: Dict[str, float]) -> str:
+    """``loss=0.1234  accuracy=0.9500  ...  3.2s 1234 samples/s`` for one epoch's logs."""
+    text = "  ".join(f"{k}={v:.4f}" for k, v in logs.items() if k not in SPEED_KEYS)
+    if "epoch_seconds" in logs:
+        text += f"  {logs['epoch_seconds']:.2f}s {logs['samples_per_s']:.0f} samples/s"
+    return text
 
 
 class History(Callback):
@@ -125,7 +154,7 @@ class History(Callback):
         except ImportError as exc:
             raise ImportError("History.plot needs matplotlib: pip install 'gluondist[plot]'") \
                 from exc
-        names = [k for k in self.history if not k.startswith("val_")]
+        names = [k for k in self.history if not k.startswith("val_") and k not in SPEED_KEYS]
         fig = Figure(figsize=(5 * len(names), 3.5))
         axes = fig.subplots(1, len(names), squeeze=False)
         epochs = [e + 1 for e in self.epoch]
@@ -158,7 +187,7 @@ class ProgressBar(Callback):
 
     def on_epoch_end(self, run, epoch, logs):
         if self.bar is not None:
-            self.bar.set_postfix({k: f"{v:.4g}" for k, v in logs.items()})
+            self.bar.set_postfix_str(format_logs(logs))
             self.bar.close()
 
 
@@ -168,8 +197,7 @@ class EpochLogger(Callback):
 
     def on_epoch_end(self, run, epoch, logs):
         if run.rank == 0:
-            log.info("epoch %d/%d: %s", epoch + 1, run.epochs,
-                     "  ".join(f"{k}={v:.4f}" for k, v in logs.items()))
+            log.info("epoch %d/%d: %s", epoch + 1, run.epochs, format_logs(logs))
 
 
 class Checkpointer(Callback):
@@ -183,12 +211,13 @@ class Checkpointer(Callback):
     def on_epoch_end(self, run, epoch, logs):
         if run.rank != 0:
             return
-        from . import checkpoint  # MXNet: imported when a checkpoint is first written
+        from . import checkpoint
         checkpoint.save(self.directory, epoch, run.net, None if run.step.async_mode else
                         run.trainer, {"seed": run.seed, "signature": checkpoint.signature(run.net),
                                       "history": run.history.history,
                                       "rng": checkpoint.rng_states(),
-                                      "callbacks": run.callbacks.state_dict()})
+                                      "callbacks": run.callbacks.state_dict()},
+                        run.callbacks.state_arrays())
 
 
 class Heartbeat(Callback):
@@ -198,18 +227,14 @@ class Heartbeat(Callback):
         heartbeat.beat()
 
 
-class EarlyStopping(Callback):
-    """Stop once ``monitor`` has not improved by ``min_delta`` for ``patience`` epochs in a row
-    (as Keras; 0 and 1 both stop at the first epoch without improvement).
+class _Monitor:
+    """Follows one value of the logs and says when it improves (EarlyStopping, SaveBest).
 
     ``mode`` is ``'min'`` or ``'max'``; ``'auto'`` takes ``'min'`` for names with "loss" or
     "error" and ``'max'`` for "acc"/"accuracy"/"f1", and refuses to guess otherwise (MXNet's
-    Estimator's auto mode always maximises, which stops a loss-monitoring run at random). Its
-    best value and patience count are checkpointed, so a resumed run stops where an
-    uninterrupted one would."""
+    Estimator's auto mode always maximises, which stops a loss-monitoring run at random)."""
 
-    def __init__(self, monitor: str = "val_loss", mode: str = "auto", patience: int = 0,
-                 min_delta: float = 0.0):
+    def __init__(self, monitor: str, mode: str, min_delta: float, owner: str):
         if mode == "auto":
             name = monitor.lower()
             if "loss" in name or "error" in name:
@@ -217,35 +242,54 @@ class EarlyStopping(Callback):
             elif any(k in name for k in ("acc", "f1", "precision", "recall")):
                 mode = "max"
             else:
-                raise ValueError(f"EarlyStopping cannot tell whether {monitor!r} should go up "
-                                 "or down; pass mode='min' or mode='max'")
+                raise ValueError(f"{owner} cannot tell whether {monitor!r} should go up or "
+                                 "down; pass mode='min' or mode='max'")
         if mode not in ("min", "max"):
-            raise ValueError(f"EarlyStopping mode must be 'min', 'max' or 'auto', not {mode!r}")
-        self.monitor, self.mode = monitor, mode
-        self.patience, self.min_delta = patience, abs(min_delta)
+            raise ValueError(f"{owner} mode must be 'min', 'max' or 'auto', not {mode!r}")
+        self.monitor, self.mode, self.min_delta, self.owner = monitor, mode, abs(min_delta), owner
         self.best: Optional[float] = None
-        self.wait = 0
-        self.stopped_epoch: Optional[int] = None
 
     def check(self, keys: Sequence[str]) -> None:
         """Called by fit before training with the keys the run will record."""
         if self.monitor not in keys:
             hint = " (pass val_data to fit)" if self.monitor.startswith("val_") else ""
-            raise ValueError(f"EarlyStopping monitors {self.monitor!r} but the run records "
+            raise ValueError(f"{self.owner} monitors {self.monitor!r} but the run records "
                              f"{', '.join(keys)}{hint}")
 
-    def _improved(self, value: float) -> bool:
-        if self.best is None:
-            return True
-        if self.mode == "min":
-            return value < self.best - self.min_delta
-        return value > self.best + self.min_delta
-
-    def on_epoch_end(self, run, epoch, logs):
+    def improved(self, logs) -> bool:
+        """True (and the new best kept) when this epoch's value beats the best so far."""
         self.check(list(logs))
         value = logs[self.monitor]
-        if self._improved(value):
-            self.best, self.wait = value, 0
+        better = self.best is None or (value < self.best - self.min_delta if self.mode == "min"
+                                       else value > self.best + self.min_delta)
+        if better:
+            self.best = value
+        return better
+
+
+class EarlyStopping(_Monitor, Callback):
+    """Stop once ``monitor`` has not improved by ``min_delta`` for ``patience`` epochs in a row
+    (as Keras; 0 and 1 both stop at the first epoch without improvement). ``mode``: see
+    ``_Monitor``. With ``restore_best_weights`` the net ends with the best epoch's weights,
+    stopped early or not. Its state (best value, patience count, best weights) is checkpointed,
+    so a resumed run stops where an uninterrupted one would."""
+
+    def __init__(self, monitor: str = "val_loss", mode: str = "auto", patience: int = 0,
+                 min_delta: float = 0.0, restore_best_weights: bool = False):
+        _Monitor.__init__(self, monitor, mode, min_delta, type(self).__name__)
+        self.patience = patience
+        self.wait = 0
+        self.stopped_epoch: Optional[int] = None
+        self.restore_best_weights = restore_best_weights
+        self.best_weights: Optional[dict] = None
+        self.best_epoch: Optional[int] = None
+
+    def on_epoch_end(self, run, epoch, logs):
+        if self.improved(logs):
+            self.wait, self.best_epoch = 0, epoch
+            if self.restore_best_weights:  # a copy in host memory, off the devices
+                self.best_weights = {name: p.data(p.list_ctx()[0]).copyto(mx.cpu())
+                                     for name, p in run.net._collect_params_with_prefix().items()}
             return
         self.wait += 1
         if self.wait >= max(self.patience, 1):  # as Keras: the patience-th epoch stops
@@ -254,8 +298,44 @@ class EarlyStopping(Callback):
             log.info("early stopping at epoch %d: %s did not improve on %.6g for %d epoch(s)",
                      epoch + 1, self.monitor, self.best, self.wait)
 
+    def on_train_end(self, run):
+        if self.restore_best_weights and self.best_weights is not None:
+            for name, p in run.net._collect_params_with_prefix().items():
+                p.set_data(self.best_weights[name])
+            log.info("restored the weights of epoch %d (best %s %.6g)", self.best_epoch + 1,
+                     self.monitor, self.best)
+
     def state_dict(self):
-        return {"best": self.best, "wait": self.wait}
+        return {"best": self.best, "wait": self.wait, "best_epoch": self.best_epoch}
 
     def load_state_dict(self, state):
-        self.best, self.wait = state["best"], state["wait"]
+        self.best, self.wait, self.best_epoch = state["best"], state["wait"], state["best_epoch"]
+
+    def state_arrays(self):
+        return dict(self.best_weights or {}) if self.restore_best_weights else {}
+
+    def load_state_arrays(self, arrays):
+        self.best_weights = dict(arrays)
+
+
+class SaveBest(_Monitor, Callback):
+    """Write the net's parameters to ``path`` (MXNet's own format: ``net.load_parameters(path)``
+    opens it) each time ``monitor`` improves; worker 0 only, atomically (a temporary file
+    renamed over). Its best value survives a resume."""
+
+    def __init__(self, path, monitor: str = "val_loss", mode: str = "auto",
+                 min_delta: float = 0.0):
+        _Monitor.__init__(self, monitor, mode, min_delta, type(self).__name__)
+        self.path = str(path)
+
+    def on_epoch_end(self, run, epoch, logs):
+        if self.improved(logs) and run.rank == 0:
+            tmp = f"{self.path}.{os.getpid()}.tmp"
+            run.net.save_parameters(tmp)
+            os.replace(tmp, self.path)
+
+    def state_dict(self):
+        return {"best": self.best}
+
+    def load_state_dict(self, state):
+        self.best = state["best"]

@@ -7,6 +7,7 @@ Layout of ``checkpoint_dir`` (plain MXNet reads every file; nothing is pickled):
       trainer.states    the optimizer's state arrays (momentum, Adam's moments): mx.nd.load()
       state.json        format, epoch, seed, history, RNG states, model signature, callback
                         states, the optimizer's update counts and which array is whose state
+      callbacks.params  callbacks' arrays, e.g. EarlyStopping's best weights (when any)
     run.json            written by fit(resume=False): checkpoints numbered below its "first"
                         belong to an earlier run and are never resumed
 
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 FORMAT = 2
 KEEP = 2
 PARAMS, STATES, STATE, RUN = "net.params", "trainer.states", "state.json", "run.json"
+CALLBACKS = "callbacks.params"
 _NAME = re.compile(r"^ckpt-(\d{6,})$")
 
 
@@ -44,9 +46,10 @@ class Checkpoint:
     """A complete checkpoint read from disk: ``path``, ``epoch``, ``state`` (state.json),
     ``params`` and ``arrays`` (the optimizer's), as name -> NDArray."""
 
-    def __init__(self, path: Path, state: dict, params: dict, arrays: dict):
+    def __init__(self, path: Path, state: dict, params: dict, arrays: dict,
+                 callback_arrays: dict):
         self.path, self.state, self.epoch = path, state, state["epoch"]
-        self.params, self.arrays = params, arrays
+        self.params, self.arrays, self.callback_arrays = params, arrays, callback_arrays
 
 
 def signature(net) -> List[list]:
@@ -69,10 +72,11 @@ def set_rng_states(states: dict) -> None:
     np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
 
 
-def save(directory, epoch: int, net, trainer, state: dict) -> Path:
+def save(directory, epoch: int, net, trainer, state: dict,
+         callback_arrays: Optional[dict] = None) -> Path:
     """Write the checkpoint of ``epoch``: ``net``'s parameters, ``trainer``'s optimizer state
-    (None when the servers hold it, as in ``dist_async``) and ``state`` (JSON-serialisable).
-    Returns its directory."""
+    (None when the servers hold it, as in ``dist_async``), ``state`` (JSON-serialisable) and
+    the callbacks' arrays (EarlyStopping's best weights). Returns its directory."""
     directory = Path(directory)
     number = _next_number(directory)
     final = directory / f"ckpt-{number:06d}"
@@ -81,6 +85,8 @@ def save(directory, epoch: int, net, trainer, state: dict) -> Path:
     tmp.mkdir(parents=True)
     net.save_parameters(str(tmp / PARAMS))
     optimizer = _save_optimizer(trainer, tmp / STATES) if trainer is not None else None
+    if callback_arrays:
+        mx.nd.save(str(tmp / CALLBACKS), callback_arrays)
     with open(tmp / STATE, "w") as f:
         json.dump({"format": FORMAT, "epoch": epoch, "optimizer": optimizer, **state}, f)
     for path in tmp.iterdir():
@@ -199,7 +205,8 @@ def _read(path: Path) -> Checkpoint:
         raise ValueError(f"{PARAMS} does not hold the parameters {STATE} names")
     meta = state.get("optimizer")
     arrays = mx.nd.load(str(path / STATES)) if meta and meta.get("arrays") else {}
-    return Checkpoint(path, state, params, arrays)
+    callbacks = mx.nd.load(str(path / CALLBACKS)) if (path / CALLBACKS).is_file() else {}
+    return Checkpoint(path, state, params, arrays, callbacks)
 
 
 def _first_of_run(directory: Path) -> int:

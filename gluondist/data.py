@@ -1,40 +1,203 @@
-"""Turn what a user passes as training or validation data into batches on devices."""
+"""Turn what a user passes as training or validation data into batches on devices.
+
+A batch reaches each device as ``(inputs, target)``: ``inputs`` an NDArray (or a tuple of them
+for a net of several inputs), ``target`` a tuple ``(labels, weight)`` with one label array per
+output and the per-sample weights (or None). Arrays are prefetched by a background thread
+(slicing and the copy onto the devices overlap the step); a DataLoader keeps its worker
+processes or threads, fed with this worker's share of every global batch.
+"""
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+import queue
+import threading
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
 from ._mx import mx
 from .parallel import split
 
+_LOADER_OPTIONS = {"_num_workers": "num_workers", "_pin_memory": "pin_memory",
+                   "_pin_device_id": "pin_device_id", "_prefetch": "prefetch",
+                   "_thread_pool": "thread_pool", "_timeout": "timeout"}
+
 
 class Source:
-    """Indexable samples: ``len(source)``, ``source.labels`` (an array, or None when only a
-    pass over the data would tell) and ``source.load(indices, ctxs)`` returning per-context
-    ``(data_parts, label_parts)``."""
+    """Samples fit can index. ``len(src)``; ``src.label_arrays`` (all labels, one array per
+    output, or None where only a pass over the data would tell); ``src.load(idx, ctxs)`` gives
+    ``(data_parts, target_parts)`` with one entry per context (None where a context gets no
+    samples); ``src.epoch(sampler, ctxs)`` iterates ``(count, global_count, data_parts,
+    target_parts)`` over a sampler's batches."""
 
-    def __init__(self, X=None, y=None, dataset=None, batchify_fn=None):
-        self.X, self.y, self.dataset = X, y, dataset
-        self.batchify_fn = batchify_fn or mx.gluon.data.dataloader.default_batchify_fn
-        self.labels = y if y is not None else _array_dataset_labels(dataset)
+    def __init__(self, length: int, label_arrays=None, last_batch: str = "keep"):
+        self.length, self.label_arrays, self.last_batch = length, label_arrays, last_batch
 
     def __len__(self) -> int:
-        return len(self.X) if self.X is not None else len(self.dataset)
+        return self.length
 
-    def load(self, idx: np.ndarray, ctxs: Sequence["mx.Context"]) -> Tuple[List, List]:
-        if self.X is not None:
-            return split(self.X[idx], ctxs), split(self.y[idx], ctxs)
-        data, label = self.batchify_fn([self.dataset[int(i)] for i in idx])
-        if not np.issubdtype(np.dtype(data.dtype), np.floating):
-            data = data.astype(np.float32)  # as for arrays: nets compute in floats
-        return split(data, ctxs), split(label, ctxs)
+    def load(self, idx: np.ndarray, ctxs: Sequence["mx.Context"]):
+        raise NotImplementedError
+
+    def epoch(self, sampler, ctxs) -> Iterator:
+        """One pass; an empty share (count 0) loads one sample, which fit weighs with zero."""
+        def batches():
+            for idx, global_count in sampler.batches():
+                yield (len(idx), global_count, *self.load(idx if len(idx) else np.arange(1), ctxs))
+        return batches()
 
 
-def _array_dataset_labels(dataset) -> Optional[np.ndarray]:
+class ArraySource(Source):
+    """``(X, y)`` / ``((X1, X2), (y1, y2), weights)`` arrays, float32, checked finite."""
+
+    def __init__(self, inputs: List[np.ndarray], labels: List[np.ndarray], weight, several_inputs):
+        super().__init__(len(inputs[0]), labels)
+        self.inputs, self.labels, self.weight = inputs, labels, weight
+        self.several_inputs = several_inputs
+
+    def load(self, idx, ctxs):
+        cols = [split(a[idx], ctxs, owned=True) for a in self.inputs]
+        labels = [split(a[idx], ctxs, owned=True) for a in self.labels]
+        weights = split(self.weight[idx], ctxs, owned=True) if self.weight is not None \
+            else [None] * len(ctxs)
+        return _parts(cols, labels, weights, self.several_inputs)
+
+    def epoch(self, sampler, ctxs):
+        return Prefetcher(super().epoch(sampler, ctxs))
+
+
+class DatasetSource(Source):
+    """A ``gluon.data.Dataset`` whose samples are ``(x, y)``, ``(x, y, weight)``, with tuples
+    for several inputs or outputs; read through a DataLoader with the user's options."""
+
+    def __init__(self, dataset, batchify_fn=None, options: Optional[Dict] = None,
+                 last_batch: str = "keep", class_weight=None, labelled: bool = True):
+        super().__init__(len(dataset), _array_dataset_labels(dataset), last_batch)
+        self.labelled = labelled
+        self.dataset = dataset
+        self.batchify_fn = batchify_fn or mx.gluon.data.dataloader.default_batchify_fn
+        self.options = options or {}
+        self.class_weight = mx.nd.array(class_weight) if class_weight is not None else None
+        self._indices = _Indices()
+        self._loader = None
+
+    def load(self, idx, ctxs):
+        return self._place(self.batchify_fn([self.dataset[int(i)] for i in idx]), ctxs)
+
+    def _place(self, batch, ctxs):
+        inputs, labels, weight = unpack(batch, self.labelled)
+        inputs = [x if np.issubdtype(np.dtype(x.dtype), np.floating) else x.astype(np.float32)
+                  for x in inputs]  # as for arrays: nets compute in floats
+        if self.class_weight is not None:
+            by_class = self.class_weight.take(labels[0].astype("int32").reshape((-1,)))
+            weight = by_class if weight is None else weight.reshape((-1,)) * by_class
+        weights = split(weight, ctxs) if weight is not None else [None] * len(ctxs)
+        return _parts([split(x, ctxs) for x in inputs], [split(y, ctxs) for y in labels],
+                      weights, len(inputs) > 1)
+
+    def epoch(self, sampler, ctxs):
+        if not self.options.get("num_workers"):
+            return super().epoch(sampler, ctxs)  # in this thread: the dataset's RNG stays seeded
+        if self._loader is None:  # one pool of worker processes for the whole fit
+            self._loader = mx.gluon.data.DataLoader(
+                self.dataset, batch_sampler=self._indices, batchify_fn=self.batchify_fn,
+                **self.options)
+        self._indices.sampler = sampler
+
+        def batches():
+            for (idx, global_count), batch in zip(sampler.batches(), self._loader):
+                yield (len(idx), global_count, *self._place(batch, ctxs))
+        return Prefetcher(batches())
+
+
+class _Indices:
+    """A DataLoader's batch sampler: this worker's share of each global batch of ``sampler``
+    (one stand-in sample for an empty share, which fit weighs with zero)."""
+    sampler = None
+
+    def __iter__(self):
+        for idx, _ in self.sampler.batches():
+            yield idx.tolist() if len(idx) else [0]
+
+    def __len__(self):
+        return len(self.sampler)
+
+
+def _parts(cols, labels, weights, several_inputs):
+    data_parts, target_parts = [], []
+    for c in range(len(weights)):
+        if cols[0][c] is None:
+            data_parts.append(None)
+            target_parts.append(None)
+            continue
+        data_parts.append(tuple(col[c] for col in cols) if several_inputs else cols[0][c])
+        target_parts.append((tuple(col[c] for col in labels), weights[c]))
+    return data_parts, target_parts
+
+
+def unpack(batch, labelled: bool = True):
+    """``(inputs, labels, weight)`` lists of NDArrays from a batchified ``(x, y[, w])``; without
+    ``labelled`` a batch that is not such a tuple is the inputs alone."""
+    if not labelled and not (isinstance(batch, (list, tuple)) and len(batch) in (2, 3)):
+        return (list(batch) if isinstance(batch, (list, tuple)) else [batch]), [], None
+    if not isinstance(batch, (list, tuple)) or len(batch) not in (2, 3):
+        raise ValueError("each sample must be (x, y) or (x, y, sample_weight), with tuples of "
+                         f"arrays for several inputs or outputs; got a batch of {type(batch)}")
+    flat = lambda part: list(part) if isinstance(part, (list, tuple)) else [part]
+    if not labelled:
+        return flat(batch[0]), [], None
+    return flat(batch[0]), flat(batch[1]), batch[2] if len(batch) == 3 else None
+
+
+class Prefetcher:
+    """Runs an iterator in a background thread, at most ``depth`` items ahead. Its exceptions
+    are raised where the item would have been; closing (or leaving the loop) stops it."""
+
+    def __init__(self, iterator, depth: int = 2):
+        self._queue: queue.Queue = queue.Queue(depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(iterator,), daemon=True,
+                                        name="gluondist-prefetch")
+        self._thread.start()
+
+    def _run(self, iterator):
+        try:
+            for item in iterator:
+                if not self._put((True, item)):
+                    return
+            self._put((False, None))
+        except BaseException as exc:  # handed to the consumer, raised there with its traceback
+            self._put((None, exc))
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self):
+        try:
+            while True:
+                ok, item = self._queue.get()
+                if ok is None:
+                    raise item
+                if not ok:
+                    return
+                yield item
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _array_dataset_labels(dataset) -> Optional[List[np.ndarray]]:
     if isinstance(dataset, mx.gluon.data.ArrayDataset) and len(dataset._data) == 2:
         labels = dataset._data[1]
-        return labels.asnumpy() if isinstance(labels, mx.nd.NDArray) else np.asarray(labels)
+        return [labels.asnumpy() if isinstance(labels, mx.nd.NDArray) else np.asarray(labels)]
     return None
 
 
@@ -49,6 +212,8 @@ def _as_numpy(array, name: str) -> np.ndarray:
             array = array.astype(np.float32)
     except Exception as exc:  # ragged lists, strings and the like
         raise ValueError(f"{name} cannot be read as an array of numbers: {exc}") from exc
+    if array.ndim == 0:
+        raise ValueError(f"{name} must be an array with one row per sample")
     check_finite(array, name)
     return array
 
@@ -56,7 +221,7 @@ def _as_numpy(array, name: str) -> np.ndarray:
 def check_finite(array: np.ndarray, name: str) -> None:
     """Raise ValueError naming the first row of ``array`` with a NaN or infinity."""
     if array.size and not np.isfinite(array).all():
-        rows = ~np.isfinite(array.reshape(len(array), -1)).all(axis=1) if array.ndim else [True]
+        rows = ~np.isfinite(array.reshape(len(array), -1)).all(axis=1)
         row = int(np.argmax(rows))
         raise ValueError(f"{name} holds NaN or infinity (first in row {row}); clean or impute "
                          "the data before training")
@@ -73,30 +238,91 @@ def _check_dataset_arrays(dataset, name: str) -> None:
                              f"{name} array {i}")
 
 
-def source(data, name: str) -> Tuple[Source, Optional[int]]:
-    """``(Source, batch_size the data itself implies or None)`` for an ``(X, y)`` tuple, a
-    ``gluon.data.Dataset`` or a ``DataLoader`` (its dataset, batch size and batchify_fn are used;
-    its sampler is replaced so that every worker runs the same batches)."""
-    if isinstance(data, (tuple, list)) and len(data) == 2:
-        X, y = _as_numpy(data[0], f"{name}[0] (X)"), _as_numpy(data[1], f"{name}[1] (y)")
-        if X.ndim == 0 or y.ndim == 0:
-            raise ValueError(f"{name} must be (X, y) arrays with one row per sample")
-        if len(X) != len(y):
-            raise ValueError(f"{name}: X has {len(X)} samples but y has {len(y)}; "
-                             "give one label per sample")
-        if len(X) == 0:
+def _several(part) -> bool:
+    """A tuple or list of arrays (several inputs or outputs), not one array given as lists."""
+    return isinstance(part, (tuple, list)) and len(part) > 0 and \
+        all(isinstance(p, (np.ndarray, mx.nd.NDArray)) for p in part)
+
+
+def _arrays(part, name: str) -> List[np.ndarray]:
+    if _several(part):
+        return [_as_numpy(p, f"{name}[{i}]") for i, p in enumerate(part)]
+    return [_as_numpy(part, name)]
+
+
+def _class_weights(class_weight, labels: np.ndarray, name: str) -> np.ndarray:
+    missing = sorted(set(np.unique(labels).tolist()) - set(class_weight))
+    if missing:
+        raise ValueError(f"class_weight has no weight for label(s) {missing[:5]} of {name}; "
+                         "give one for every class")
+    return np.array([class_weight[int(v)] for v in labels.ravel()], dtype=np.float32)
+
+
+def _table(class_weight) -> Optional[np.ndarray]:
+    if class_weight is None:
+        return None
+    if not isinstance(class_weight, dict) or not all(
+            isinstance(k, (int, np.integer)) and k >= 0 for k in class_weight):
+        raise ValueError("class_weight must be a dict {class index: weight}, such as {0: 1.0, "
+                         "1: 5.0}")
+    table = np.ones(max(class_weight) + 1, dtype=np.float32)
+    for k, v in class_weight.items():
+        table[k] = v
+    return table
+
+
+def source(data, name: str, class_weight=None, labelled: bool = True):
+    """``(Source, batch_size the data itself implies or None)`` for ``(X, y)`` /
+    ``(X, y, sample_weight)`` arrays (tuples of arrays for several inputs or outputs), a
+    ``gluon.data.Dataset`` or a ``DataLoader`` (its dataset, batchify_fn, worker options and
+    last_batch are kept; its sampler is replaced so that every worker runs the same batches).
+    ``labelled=False`` (predict): arrays are the inputs alone, a dataset's labels are ignored."""
+    if not labelled and not isinstance(data, mx.gluon.data.Dataset) and \
+            not isinstance(data, mx.gluon.data.DataLoader):
+        inputs = _arrays(data, f"{name} (X)")
+        if len({len(a) for a in inputs}) > 1 or len(inputs[0]) == 0:
+            raise ValueError(f"{name}: give inputs with one row per sample (and as many rows "
+                             "in each input)")
+        return ArraySource(inputs, [], None, _several(data)), None
+    if isinstance(data, (tuple, list)) and len(data) in (2, 3):
+        inputs, labels = _arrays(data[0], f"{name}[0] (X)"), _arrays(data[1], f"{name}[1] (y)")
+        weight = _arrays(data[2], f"{name}[2] (sample_weight)")[0] if len(data) == 3 else None
+        named = [(f"X[{i}]" if len(inputs) > 1 else "X", a) for i, a in enumerate(inputs)]
+        named += [(f"y[{i}]" if len(labels) > 1 else "y", a) for i, a in enumerate(labels)]
+        named += [("sample_weight", weight)] if weight is not None else []
+        if len({len(a) for _, a in named}) > 1:
+            counts = " but ".join(f"{n} has {len(a)}" for n, a in named)
+            raise ValueError(f"{name}: {counts} samples; give one label (and weight) per sample")
+        if len(inputs[0]) == 0:
             raise ValueError(f"{name} is empty")
-        return Source(X=X, y=y), None
+        if weight is not None and (weight.ndim != 1 or (weight < 0).any()):
+            raise ValueError(f"{name}[2] (sample_weight) must be one non-negative number per "
+                             "sample")
+        if class_weight is not None:
+            by_class = _class_weights(class_weight, labels[0], name)
+            weight = by_class if weight is None else weight * by_class
+        return ArraySource(inputs, labels, weight, _several(data[0])), None
     if isinstance(data, mx.gluon.data.DataLoader):
         sampler = data._batch_sampler
-        batch_size = getattr(sampler, "_batch_size", None)
-        src, _ = source(data._dataset, name)
-        src.batchify_fn = data._batchify_fn
-        return src, batch_size
+        last_batch = getattr(sampler, "_last_batch", "keep")
+        if last_batch not in ("keep", "discard"):
+            raise ValueError(f"{name}: DataLoader(last_batch={last_batch!r}) carries samples "
+                             "into the next epoch, which would give workers different batch "
+                             "counts; use 'keep' or 'discard'")
+        options = {new: getattr(data, old) for old, new in _LOADER_OPTIONS.items()
+                   if hasattr(data, old)}
+        src = _dataset_source(data._dataset, name, data._batchify_fn, options, last_batch,
+                              class_weight, labelled)
+        return src, getattr(sampler, "_batch_size", None)
     if isinstance(data, mx.gluon.data.Dataset):
-        if len(data) == 0:
-            raise ValueError(f"{name} is empty")
-        _check_dataset_arrays(data, name)
-        return Source(dataset=data), None
+        return _dataset_source(data, name, None, None, "keep", class_weight, labelled), None
     raise ValueError(f"{name} must be an (X, y) tuple of arrays, a gluon.data.Dataset or a "
                      f"DataLoader, not {type(data).__name__}")
+
+
+def _dataset_source(dataset, name, batchify_fn, options, last_batch, class_weight, labelled):
+    if len(dataset) == 0:
+        raise ValueError(f"{name} is empty")
+    _check_dataset_arrays(dataset, name)
+    return DatasetSource(dataset, batchify_fn, options, last_batch, _table(class_weight),
+                         labelled)

@@ -327,13 +327,21 @@ class TrainStep:
     clipping acts on this worker's own gradient. An empty share (a worker's part of a tiny last
     global batch) gets scale 0: it pushes zeros and keeps in step with the others."""
 
-    def __init__(self, trainer, kv, ctxs, batch_size: int, clip: Optional[float] = None):
+    def __init__(self, trainer, kv, ctxs, batch_size: int, clip: Optional[float] = None,
+                 accumulate: int = 1):
         self.trainer, self.ctxs, self.batch_size, self.clip = trainer, list(ctxs), batch_size, clip
         self.distributed = kv is not None and "dist" in kv.type
         self.async_mode = self.distributed and "async" in kv.type
         # In dist_async the servers apply the optimizer to every push: sums of metrics or flags
         # through the kvstore are impossible there, so each worker decides alone.
         self.agree = self.distributed and not self.async_mode
+        self.accumulate, self._pending, self._batches = accumulate, 0, 0
+        # With accumulation backward adds to the gradients until an update clears them; set
+        # either way, so that a net trained before with accumulation writes again.
+        for p in trainer._params:
+            if p.grad_req != "null":
+                p.grad_req = "add" if accumulate > 1 else "write"
+                p.zero_grad()
 
     def loss_scale(self, local_count: int) -> float:
         if local_count == 0:
@@ -341,7 +349,27 @@ class TrainStep:
         return self.batch_size / local_count if self.async_mode else 1.0
 
     def __call__(self, global_count: int) -> None:
-        trainer, count = self.trainer, self.batch_size if self.async_mode else global_count
+        """After backward of one batch: update now, or (``accumulate=k``) every k-th batch
+        with the sum of the k batches' gradients, as one batch of all their samples."""
+        self._pending += global_count
+        self._batches += 1
+        if self._batches == self.accumulate:
+            self.flush()
+
+    def flush(self) -> None:
+        """Apply what has accumulated (fit calls it at the end of every epoch)."""
+        if self._batches == 0:
+            return
+        self._update(self._pending)
+        self._pending = self._batches = 0
+        if self.accumulate > 1:
+            for p in self.trainer._params:
+                if p.grad_req != "null":
+                    p.zero_grad()
+
+    def _update(self, global_count: int) -> None:
+        trainer = self.trainer
+        count = self.batch_size * self.accumulate if self.async_mode else global_count
         if self.clip is None:
             trainer.step(count)
         elif self.async_mode:  # the servers update: clip this worker's gradient before it goes

@@ -4,9 +4,10 @@ MXNet's own ``mse``, ``mae``, ``rmse`` and ``ce`` metrics average per-batch mean
 batch weighs as much as a full one) and read every batch back to the host. Here each metric
 keeps a running sum and a sample count per device, on the device; fit reads them once per epoch
 and sums them over workers, so one device, several devices and several workers give the same
-figure. A user's own ``mx.metric.EvalMetric`` is combined as the sample-weighted mean of its
-per-batch values: exact for metrics that are means over samples (all of MXNet's above), an
-approximation for ones that are not (F1, MCC, Pearson correlation).
+figure. With sample weights each value is the weighted mean (sum of w*m over sum of w). A user's
+own ``mx.metric.EvalMetric`` is combined as the sample-count-weighted mean of its per-batch
+values (sample weights are not applied to it): exact for metrics that are means over samples
+(all of MXNet's above), an approximation for ones that are not (F1, MCC, Pearson correlation).
 """
 from __future__ import annotations
 
@@ -32,29 +33,40 @@ class DeviceSums:
 
 
 class Metric:
-    """A per-sample mean. ``update(labels, preds)`` takes one label and one prediction per
-    context (None where a context had no samples); ``sums()`` returns ``(sum, count)``;
-    ``value(sum, count)`` turns the (worker-summed) pair into the reported figure."""
+    """A per-sample mean. ``update(labels, preds, weights)`` takes one label, one prediction and
+    one weight array (or None) per context (None where a context had no samples); ``sums()``
+    returns ``(sum, count)`` (weighted: ``(sum of w*m, sum of w)``); ``value(sum, count)`` turns
+    the (worker-summed) pair into the reported figure."""
     name = "metric"
 
     def __init__(self):
         self.reset()
 
     def reset(self) -> None:
-        self._sums, self._count = DeviceSums(), 0
+        self._sums, self._weights, self._count = DeviceSums(), DeviceSums(), 0
 
     def per_sample(self, label, pred):
-        """The sum over this part's samples of the per-sample value (an NDArray)."""
+        """This part's per-sample values, an NDArray of shape (n,) or (n, ...)."""
         raise NotImplementedError
 
-    def update(self, labels: Sequence, preds: Sequence) -> None:
+    def update(self, labels: Sequence, preds: Sequence, weights: Sequence = ()) -> None:
         for i, (label, pred) in enumerate(zip(labels, preds)):
-            if pred is not None:
-                self._sums.add(i, self.per_sample(label, pred))
+            if pred is None:
+                continue
+            values = self.per_sample(label, pred)
+            if values.ndim > 1:  # a sequence output: the mean over a sample's positions
+                values = values.reshape((values.shape[0], -1)).mean(axis=1)
+            weight = weights[i] if i < len(weights) else None
+            if weight is None:
+                self._sums.add(i, values.sum())
                 self._count += pred.shape[0]
+            else:
+                weight = weight.reshape((-1,))
+                self._sums.add(i, (values * weight).sum())
+                self._weights.add(i, weight.sum())
 
-    def sums(self) -> Tuple[float, int]:
-        return self._sums.total(), self._count
+    def sums(self) -> Tuple[float, float]:
+        return self._sums.total(), self._count + self._weights.total()
 
     def value(self, total: float, count: float) -> float:
         return total / count if count else float("nan")
@@ -72,7 +84,7 @@ class Accuracy(Metric):
     def per_sample(self, label, pred):
         if label.ndim != pred.ndim - 1:
             label = label.reshape(pred.shape[:-1])
-        return (pred.argmax(axis=-1) == label.astype(pred.dtype, copy=False)).sum()
+        return pred.argmax(axis=-1) == label.astype(pred.dtype, copy=False)
 
 
 class TopKAccuracy(Metric):
@@ -83,7 +95,7 @@ class TopKAccuracy(Metric):
     def per_sample(self, label, pred):
         top = mx.nd.topk(pred, axis=-1, k=self.k, ret_typ="indices")
         label = label.reshape((-1, 1)).astype(top.dtype, copy=False)
-        return mx.nd.broadcast_equal(top, label).sum()
+        return mx.nd.broadcast_equal(top, label).sum(axis=-1)
 
 
 class _Elementwise(Metric):
@@ -91,7 +103,7 @@ class _Elementwise(Metric):
 
     def per_sample(self, label, pred):
         error = self.error(_like(label, pred).astype(pred.dtype, copy=False), pred)
-        return error.sum() / (error.size // pred.shape[0])
+        return error.reshape((pred.shape[0], -1)).mean(axis=1)
 
 
 class MSE(_Elementwise):
@@ -128,7 +140,7 @@ class CrossEntropy(Metric):
 
     def per_sample(self, label, pred):
         prob = mx.nd.pick(pred, label.reshape(pred.shape[:-1]), axis=-1)
-        return -(prob + self.eps).log().sum()
+        return -(prob + self.eps).log()
 
 
 class Custom(Metric):
@@ -141,8 +153,8 @@ class Custom(Metric):
     def reset(self):
         self._total, self._count = 0.0, 0
 
-    def update(self, labels, preds):
-        for label, pred in zip(labels, preds):
+    def update(self, labels, preds, weights=()):
+        for label, pred in zip(labels, preds):  # weights: see the module's docstring
             if pred is None:
                 continue
             self.metric.reset()

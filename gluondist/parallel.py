@@ -61,27 +61,28 @@ def _parse_context(text: str) -> "mx.Context":
     return mx.Context(kind, int(index or 0))
 
 
-def split(data, ctxs: Sequence["mx.Context"]) -> List[Optional["mx.nd.NDArray"]]:
+def split(data, ctxs: Sequence["mx.Context"], owned: bool = False) -> List[Optional["mx.nd.NDArray"]]:
     """Split a batch along axis 0 into one part per context, loaded on it.
 
     Parts differ in size by at most one sample. When the batch is smaller than the number of
-    contexts the trailing parts are None (no device gets an empty array to choke on)."""
+    contexts the trailing parts are None (no device gets an empty array to choke on).
+    ``owned=True`` says a numpy ``data`` is a fresh array nobody else uses (fit's batches): it is
+    then shared with MXNet instead of copied, and marked read-only."""
     if len(ctxs) == 1:  # the common case, on the hot path: no slicing arithmetic
-        if isinstance(data, mx.nd.NDArray):
-            return [data.as_in_context(ctxs[0])]
-        return [mx.nd.array(data, ctx=ctxs[0], dtype=data.dtype)]
+        return [_on(data, ctxs[0], owned)]
     n, k = data.shape[0], len(ctxs)
     sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]  # as np.array_split
     bounds = np.concatenate([[0], np.cumsum(sizes)])
-    parts = []
-    for ctx, lo, hi in zip(ctxs, bounds[:-1], bounds[1:]):
-        if hi <= lo:
-            parts.append(None)
-        elif isinstance(data, mx.nd.NDArray):
-            parts.append(data[int(lo):int(hi)].as_in_context(ctx))
-        else:
-            parts.append(mx.nd.array(data[lo:hi], ctx=ctx, dtype=getattr(data, "dtype", None)))
-    return parts
+    return [_on(data[int(lo):int(hi)], ctx, owned) if hi > lo else None
+            for ctx, lo, hi in zip(ctxs, bounds[:-1], bounds[1:])]
+
+
+def _on(data, ctx, owned: bool):
+    if isinstance(data, mx.nd.NDArray):
+        return data.as_in_context(ctx)
+    if owned and data.flags["C_CONTIGUOUS"] and data.dtype in (np.float32, np.float16):
+        return mx.nd.from_numpy(data, zero_copy=True).as_in_context(ctx)  # no copy on cpu(0)
+    return mx.nd.array(data, ctx=ctx, dtype=data.dtype)
 
 
 def is_initialized(net) -> bool:
@@ -111,6 +112,11 @@ def forward_backward(net, loss_fn, data_parts, label_parts, ctxs: Sequence["mx.C
     """Record forward and backward on every context; returns ``(outputs, losses)``, one entry
     per context, None where its part was None.
 
+    A data part is an NDArray, or a tuple of them for a net of several inputs (called as
+    ``net(*part)``); a label part is whatever ``loss_fn(output, label_part)`` takes. ``loss_fn``
+    returns the per-sample loss, or a tuple whose first item is (backward runs on it; the whole
+    tuple is returned in ``losses``).
+
     A context whose part is None (a batch smaller than the device count) runs one sample of
     another part with a zero weight, so its gradients are fresh zeros and the trainer's step
     still covers every context. ``scale`` multiplies every loss before backward (0 makes a
@@ -122,20 +128,27 @@ def forward_backward(net, loss_fn, data_parts, label_parts, ctxs: Sequence["mx.C
     outputs, losses, heads = [], [], []
     with mx.autograd.record():
         for ctx, data, label in zip(ctxs, data_parts, label_parts):
-            if data is None:
-                data = data_parts[donor][:1].as_in_context(ctx)
-                label = label_parts[donor][:1].as_in_context(ctx)
-                heads.append(loss_fn(net(data), label) * 0)
-                outputs.append(None)
-                losses.append(None)
-                continue
-            out = net(data)
+            empty = data is None
+            if empty:
+                data = _first(data_parts[donor], ctx)
+                label = _first(label_parts[donor], ctx)
+            out = net(*data) if isinstance(data, tuple) else net(data)
             loss = loss_fn(out, label)
-            outputs.append(out)
-            losses.append(loss)
-            heads.append(loss * scale if scale != 1.0 else loss)
+            head = loss[0] if isinstance(loss, tuple) else loss
+            heads.append(head * 0 if empty else head * scale if scale != 1.0 else head)
+            outputs.append(None if empty else out)
+            losses.append(None if empty else loss)
     mx.autograd.backward(heads)
     return outputs, losses
+
+
+def _first(part, ctx):
+    """The first sample of a (nested tuple of) NDArray part, on ``ctx``."""
+    if part is None:
+        return None
+    if isinstance(part, (tuple, list)):
+        return type(part)(_first(p, ctx) for p in part)
+    return part[:1].as_in_context(ctx)
 
 
 def clip_global_norm(trainer, ctxs: Sequence["mx.Context"], max_norm: float) -> float:

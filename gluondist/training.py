@@ -7,16 +7,19 @@ import math
 import os
 import random
 import sys
+import time
 from collections.abc import Mapping
 from typing import Optional, Sequence
 
 import numpy as np
 
-from . import checkpoint, kvstore as kvs, metrics as mtr, parallel
+from . import checkpoint, kvstore as kvs, parallel
 from ._mx import mx
 from .callbacks import (Callback, CallbackList, Checkpointer, EarlyStopping, EpochLogger,
                         Heartbeat, History, ProgressBar)
 from .data import source
+from .evaluation import run_pass
+from .objective import Tally, check_batch
 
 CLIP_KEY = "clip_global_norm"  # our key in optimizer_params: clip gradients by global norm
 
@@ -32,7 +35,8 @@ class Run:
 def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epochs=1,
         batch_size=None, ctx=None, kvstore="auto", val_data=None, metrics="accuracy",
         callbacks: Optional[Sequence[Callback]] = None, checkpoint_dir=None, resume=True,
-        progress=None, seed=None, terminate_on_nan=True) -> History:
+        progress=None, seed=None, terminate_on_nan=True, accumulate=1, loss_weights=None,
+        class_weight=None) -> History:
     """Train ``net`` and return a :class:`~gluondist.callbacks.History`.
 
     ``train_data``/``val_data``: an ``(X, y)`` tuple of numpy arrays or NDArrays, a
@@ -48,10 +52,15 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
     epoch, and ``resume=False`` starts a fresh run there. ``seed`` makes the run reproducible.
     ``progress``: True/False, or None for a bar only when interactive (else a log line).
     ``terminate_on_nan``: a NaN or infinite training loss raises FloatingPointError.
+    ``accumulate=k``: one update every k batches with the sum of their gradients (as a batch
+    k times larger). Several inputs or outputs: ``((X1, X2), (y1, y2))``, ``loss=[l1, l2]``,
+    ``loss_weights``, ``metrics={output: names}``. ``(X, y, sample_weight)`` and
+    ``class_weight={label: weight}`` weight each sample's loss.
 
     Raises ValueError before training for inconsistent or unusable input."""
     plan = _prepare(net, train_data, loss, optimizer, optimizer_params, epochs, batch_size, ctx,
-                    kvstore, val_data, metrics, callbacks, checkpoint_dir, seed)
+                    kvstore, val_data, metrics, callbacks, checkpoint_dir, seed, accumulate,
+                    loss_weights, class_weight)
     run = _start(plan, resume, progress, terminate_on_nan)
     run.callbacks.on_train_begin(run)
     for epoch in range(run.start, run.epochs):
@@ -60,7 +69,7 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
         logs = _train_epoch(run, epoch)
         run.step.average_untrained()  # BatchNorm statistics: one value on every copy
         if run.val is not None:
-            logs.update({f"val_{k}": v for k, v in _evaluate(run, run.val).items()})
+            logs.update({f"val_{k}": v for k, v in _evaluate(run).items()})
         run.callbacks.on_epoch_end(run, epoch, logs)
         if _stop_agreed(run):
             break
@@ -77,41 +86,42 @@ class _Plan:
 
 
 def _prepare(net, train_data, loss, optimizer, optimizer_params, epochs, batch_size, ctx,
-             kvstore, val_data, metrics, callbacks, checkpoint_dir, seed) -> _Plan:
+             kvstore, val_data, metrics, callbacks, checkpoint_dir, seed, accumulate,
+             loss_weights, class_weight) -> _Plan:
     """Check every argument and one batch of each data source; initialise the net."""
     ctxs = parallel.contexts(ctx)
     kind = kvs.resolve_kind(kvstore, len(ctxs))
-    train, loader_batch = source(train_data, "train_data")
-    val = source(val_data, "val_data")[0] if val_data is not None else None
+    train, loader_batch = source(train_data, "train_data", class_weight)
+    val = source(val_data, "val_data", class_weight)[0] if val_data is not None else None
     workers = kvs.num_workers() if kind in kvs.DIST_KINDS else 1
     if batch_size is None:  # Keras' default, but never more than each worker's share
         batch_size = loader_batch or max(1, min(32, len(train) // workers))
     _check_count(batch_size, "batch_size", 1)
     _check_count(epochs, "epochs", 0)
+    _check_count(accumulate, "accumulate", 1)
     if batch_size * workers > len(train):
         raise ValueError(f"batch_size {batch_size} x {workers} worker(s) exceeds the "
                          f"{len(train)} training samples; lower batch_size")
     opt_params, clip = _check_optimizer(optimizer, optimizer_params)
-    metric_list = mtr.create(metrics)
-    loss = loss or mx.gluon.loss.SoftmaxCrossEntropyLoss()
     callbacks = _check_callbacks(callbacks)
     if checkpoint_dir is not None:
         _check_directory(checkpoint_dir)
     if seed is not None:
         mx.random.seed(int(seed))
     parallel.initialize(net, ctxs)
-    _check_batch(net, loss, train, "train_data", ctxs[0], batch_size, metric_list)
+    objective = check_batch(net, None, train, "train_data", ctxs[0], batch_size, loss,
+                            loss_weights, metrics)
     if val is not None:
-        _check_batch(net, loss, val, "val_data", ctxs[0], batch_size, metric_list)
-    keys = ["loss", *(m.name for m in metric_list)]
+        check_batch(net, objective, val, "val_data", ctxs[0], batch_size)
+    keys = objective.keys()
     keys += [f"val_{k}" for k in keys] if val is not None else []
     for cb in callbacks:
-        if isinstance(cb, EarlyStopping):
+        if hasattr(cb, "check"):
             cb.check(keys)
     return _Plan(net=net, ctxs=ctxs, kind=kind, train=train, val=val, batch_size=batch_size,
                  epochs=epochs, optimizer=optimizer, opt_params=opt_params, clip=clip,
-                 metrics=metric_list, loss=loss, callbacks=callbacks,
-                 checkpoint_dir=checkpoint_dir, seed=seed)
+                 objective=objective, callbacks=callbacks, checkpoint_dir=checkpoint_dir,
+                 seed=seed, accumulate=accumulate)
 
 
 def _start(plan: _Plan, resume: bool, progress, terminate_on_nan: bool) -> Run:
@@ -127,8 +137,8 @@ def _start(plan: _Plan, resume: bool, progress, terminate_on_nan: bool) -> Run:
         seed = _job_seed() if distributed else random.SystemRandom().randrange(2 ** 31)
     start = ckpt.epoch + 1 if ckpt is not None else 0
     trainer = kvs.make_trainer(net.collect_params(), plan.optimizer, plan.opt_params or None,
-                               kv, len(ctxs), plan.batch_size)
-    step = kvs.TrainStep(trainer, kv, ctxs, plan.batch_size, plan.clip)
+                               kv, len(ctxs), plan.batch_size * plan.accumulate)
+    step = kvs.TrainStep(trainer, kv, ctxs, plan.batch_size, plan.clip, plan.accumulate)
     if step.agree:
         total, squares = kvs.allreduce([start, start * start])
         if workers * squares != total * total:
@@ -140,11 +150,12 @@ def _start(plan: _Plan, resume: bool, progress, terminate_on_nan: bool) -> Run:
         checkpoint.restore_trainer(ckpt, trainer)
         history.history = {k: list(v) for k, v in ckpt.state["history"].items()}
         history.epoch = list(range(start))
-        callbacks.load_state_dict(ckpt.state["callbacks"])
-    sampler = kvs.ShardedBatchSampler(len(plan.train), plan.batch_size, workers, rank, seed=seed)
+        callbacks.load_state_dict(ckpt.state["callbacks"], ckpt.callback_arrays)
+    sampler = kvs.ShardedBatchSampler(len(plan.train), plan.batch_size, workers, rank, seed=seed,
+                                      last_batch=plan.train.last_batch)
     return Run(net=net, trainer=trainer, step=step, history=history, callbacks=callbacks,
                start=start, epochs=plan.epochs, rank=rank, num_workers=workers, seed=seed,
-               ctxs=ctxs, train=plan.train, val=plan.val, loss=plan.loss, metrics=plan.metrics,
+               ctxs=ctxs, train=plan.train, val=plan.val, objective=plan.objective,
                batch_size=plan.batch_size, sampler=sampler, steps=len(sampler),
                terminate_on_nan=terminate_on_nan)
 
@@ -191,19 +202,17 @@ def _callback_list(plan: _Plan, progress) -> CallbackList:
 
 def _train_epoch(run: Run, epoch: int) -> dict:
     """One pass over this worker's share of the training data; returns the epoch's logs."""
+    started = time.perf_counter()
     run.sampler.set_epoch(epoch)
     # Re-seed per epoch (rank apart) so dropout and friends replay alike after a resume.
     mx.random.seed((run.seed * 1000003 + epoch * 9973 + run.rank) % (2 ** 31))
-    for m in run.metrics:
-        m.reset()
-    sums, count, pending = mtr.DeviceSums(), 0, None
+    tally, pending, samples = Tally(run.objective), None, 0
     hooks = run.callbacks.batch_hooks
-    for batch, (idx, global_count) in enumerate(run.sampler.batches()):
-        n = len(idx)  # 0: this worker's share of a tiny last batch; it still pushes (zeros)
-        data, label = run.train.load(idx if n else np.arange(1), run.ctxs)
-        outputs, losses = parallel.forward_backward(run.net, run.loss, data, label, run.ctxs,
-                                                    run.step.loss_scale(n))
-        batch_sums = [(i, l.sum()) for i, l in enumerate(losses) if l is not None] if n else []
+    for batch, (n, global_count, data, targets) in enumerate(run.train.epoch(run.sampler,
+                                                                            run.ctxs)):
+        outputs, losses = parallel.forward_backward(run.net, run.objective, data, targets,
+                                                    run.ctxs, run.step.loss_scale(n))
+        batch_sums = tally.add(outputs, targets, losses) if n else []
         if run.terminate_on_nan:
             if run.step.distributed:  # before the push: no other worker ever sees the NaN
                 _check_finite(run, (batch, batch_sums))
@@ -211,39 +220,23 @@ def _train_epoch(run: Run, epoch: int) -> dict:
                 _check_finite(run, pending)
                 pending = (batch, batch_sums)
         run.step(global_count)
-        for i, s in batch_sums:
-            sums.add(i, s)
-        count += n
-        if n:
-            for m in run.metrics:
-                m.update(label, outputs)
+        samples += global_count
         if hooks:
             run.callbacks.on_batch_end(run, batch, _BatchLogs(batch, n, batch_sums))
+    run.step.flush()  # a last, partial accumulation
     _check_finite(run, pending)
-    return mtr.reduce({"loss": (sums.total(), count)}, run.metrics,
-                      kvs.allreduce if run.step.agree else None)
+    logs = tally.logs(kvs.allreduce if run.step.agree else None)
+    seconds = time.perf_counter() - started
+    logs.update(epoch_seconds=seconds, samples_per_s=samples / seconds)
+    return logs
 
 
-def _evaluate(run: Run, src) -> dict:
-    """Loss and metrics over all of ``src``; in dist_sync each worker takes its share."""
-    for m in run.metrics:
-        m.reset()
-    workers, rank = (run.num_workers, run.rank) if run.step.agree else (1, 0)
-    sampler = kvs.ShardedBatchSampler(len(src), run.batch_size, workers, rank, shuffle=False)
-    sums, count = mtr.DeviceSums(), 0
-    for idx, _ in sampler.batches():
-        if len(idx) == 0:
-            continue
-        data, label = src.load(idx, run.ctxs)
-        outputs = [run.net(d) if d is not None else None for d in data]
-        for i, (out, lab) in enumerate(zip(outputs, label)):
-            if out is not None:
-                sums.add(i, run.loss(out, lab).sum())
-        count += len(idx)
-        for m in run.metrics:
-            m.update(label, outputs)
-    return mtr.reduce({"loss": (sums.total(), count)}, run.metrics,
-                      kvs.allreduce if run.step.agree else None)
+def _evaluate(run: Run) -> dict:
+    """Loss and metrics over all of the validation data; in dist_sync each worker its share."""
+    if run.step.agree:
+        return run_pass(run.net, run.objective, run.val, run.ctxs, run.batch_size, run.rank,
+                        run.num_workers, kvs.allreduce)
+    return run_pass(run.net, run.objective, run.val, run.ctxs, run.batch_size)
 
 
 def _stop_agreed(run: Run) -> bool:
@@ -339,47 +332,6 @@ def _check_directory(directory) -> None:
         raise ValueError(f"checkpoint_dir {directory}: {exc.strerror}") from exc
     if not os.access(directory, os.W_OK | os.X_OK):
         raise ValueError(f"checkpoint_dir {directory} is not writable")
-
-
-def _check_batch(net, loss, src, name, ctx, batch_size, metric_list) -> None:
-    """Run the net, the loss and the metrics on the first batch of ``src``: wrong shapes, labels
-    out of range and metrics that cannot handle the data fail now, with their own reason."""
-    data, label = src.load(np.arange(min(len(src), batch_size)), [ctx])
-    data, label = data[0], label[0]
-    try:
-        out = net(data)
-        out.wait_to_read()  # MXNet reports errors when a result is read
-    except Exception as exc:
-        raise ValueError(f"net cannot take a batch of {name} (shape {data.shape}): "
-                         f"{mtr.last_line(exc)}") from exc
-    if isinstance(out, (tuple, list)):
-        raise ValueError(f"the net returns {len(out)} outputs; fit trains nets with one output")
-    _check_labels(loss, out, label, src, name)
-    try:
-        loss(out, label).wait_to_read()
-    except Exception as exc:
-        raise ValueError(f"loss cannot be computed on a batch of {name} (outputs of shape "
-                         f"{out.shape}, labels {label.shape}): {mtr.last_line(exc)}") from exc
-    mtr.check(metric_list, [label], [out], f"a batch of {name}")
-
-
-def _check_labels(loss, out, label, src, name) -> None:
-    """Sparse softmax cross-entropy needs one integer class 0..C-1 per sample: the loss would
-    otherwise clip bad labels and train on without a word."""
-    if not isinstance(loss, mx.gluon.loss.SoftmaxCrossEntropyLoss) or \
-            not getattr(loss, "_sparse_label", True):
-        return
-    classes = out.shape[-1]
-    if label.size != out.size // classes:
-        raise ValueError(f"{name} has labels of shape {label.shape} for outputs of shape "
-                         f"{out.shape}: softmax cross-entropy takes one class index per sample "
-                         f"(labels of shape {out.shape[:-1]})")
-    labels = np.asarray(src.labels) if src.labels is not None else label.asnumpy()
-    low, high = labels.min(), labels.max()
-    if low < 0 or high >= classes or not np.all(np.equal(np.mod(labels, 1), 0)):
-        checked = "" if src.labels is not None else " (in its first batch)"
-        raise ValueError(f"{name} has labels from {low:g} to {high:g}{checked} but the net "
-                         f"outputs {classes} classes (labels must be integers 0..{classes - 1})")
 
 
 def _job_seed() -> int:

@@ -144,3 +144,11 @@ def param_sum(net):
 
 def rel_diff(a, b):
     return abs(a - b) / max(abs(a), abs(b), 1e-12)
+
+
+SPEED = ("epoch_seconds", "samples_per_s")
+
+
+def curves(history):
+    """A History dict without its timing keys (which differ from run to run)."""
+    return {k: v for k, v in history.items() if k not in SPEED}

@@ -10,7 +10,7 @@ import pytest
 import gluondist
 from gluondist import checkpoint
 from gluondist.callbacks import Callback, EarlyStopping
-from conftest import SCRIPTS, mlp, param_sum, rel_diff, wait_until
+from conftest import SCRIPTS, curves, mlp, param_sum, rel_diff, wait_until
 
 OPT = {"learning_rate": 0.1, "momentum": 0.9}
 
@@ -25,7 +25,8 @@ def test_history_has_keras_keys_and_learns(small):
     train, val = small
     h = gluondist.fit(mlp(), train, val_data=val, epochs=3, batch_size=32, seed=0,
                       optimizer_params=OPT)
-    assert set(h.history) == {"loss", "accuracy", "val_loss", "val_accuracy"}
+    assert set(curves(h.history)) == {"loss", "accuracy", "val_loss", "val_accuracy"}
+    assert all(v > 0 for v in h.history["samples_per_s"] + h.history["epoch_seconds"])
     assert all(len(v) == 3 for v in h.history.values())
     assert h.epoch == [0, 1, 2]
     assert h.history["loss"][-1] < h.history["loss"][0]
@@ -114,7 +115,7 @@ def test_an_initialised_net_is_kept(small):
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    (dict(train_data=(np.zeros((5, 64)), np.zeros(4))), "X has 5 samples but y has 4"),
+    (dict(train_data=(np.zeros((5, 64)), np.zeros(4))), "X has 5 but y has 4 samples"),
     (dict(train_data=(np.zeros((0, 64)), np.zeros(0))), "empty"),
     (dict(batch_size=401), "exceeds the 400 training samples"),
     (dict(batch_size=0), "batch_size must be a positive integer"),
@@ -172,8 +173,9 @@ def test_callback_hooks_run_in_order(small):
     rec = Recorder()
     gluondist.fit(mlp(), (X[:90], y[:90]), epochs=2, batch_size=40, callbacks=[rec])
     batches = ["batch 0 40", "batch 1 40", "batch 2 10"]
-    assert rec.events == ["begin", "epoch 0", *batches, "end 0 ['accuracy', 'loss']",
-                          "epoch 1", *batches, "end 1 ['accuracy', 'loss']", "done"]
+    keys = "['accuracy', 'epoch_seconds', 'loss', 'samples_per_s']"
+    assert rec.events == ["begin", "epoch 0", *batches, f"end 0 {keys}",
+                          "epoch 1", *batches, f"end 1 {keys}", "done"]
 
 
 def test_a_callback_stops_training_at_the_end_of_the_epoch(small):

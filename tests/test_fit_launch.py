@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import gluondist
-from conftest import SCRIPTS, rel_diff
+from conftest import SCRIPTS, curves, rel_diff
 
 sys.path.insert(0, str(SCRIPTS))
 import fit_job  # noqa: E402
@@ -26,7 +26,8 @@ def one_process(epochs, batch, opts=None):
 
 def job_results(path, workers):
     params = [dict(np.load(path / f"params.{r}.npz")) for r in range(workers)]
-    histories = [json.loads((path / f"history.{r}.json").read_text()) for r in range(workers)]
+    histories = [curves(json.loads((path / f"history.{r}.json").read_text()))
+                 for r in range(workers)]
     return params, histories
 
 

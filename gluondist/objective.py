@@ -1,0 +1,178 @@
+"""What fit minimises and reports: one loss per output (weighted), sample weights, the metrics
+of each output, their exact sums over an epoch, and the checks run on a first batch."""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from . import metrics as mtr
+from ._mx import mx
+
+
+class Objective:
+    """Called by :func:`gluondist.parallel.forward_backward` as ``loss_fn(out, target)`` with
+    ``target = (labels, weight)``: the per-sample training loss (for several outputs, the
+    ``loss_weights``-weighted sum, with the per-output losses beside it). Sample weights
+    multiply each sample's loss; the optimizer step still divides by the number of samples, as
+    in Keras."""
+
+    def __init__(self, loss, loss_weights, metrics, outputs: int):
+        self.outputs, self.several = outputs, outputs > 1
+        losses = list(loss) if isinstance(loss, (list, tuple)) else [loss] * outputs
+        if len(losses) != outputs:
+            raise ValueError(f"the net has {outputs} output(s) but loss= gives {len(losses)} "
+                             "loss(es); give one per output, or one for all")
+        self.losses = [fn or mx.gluon.loss.SoftmaxCrossEntropyLoss() for fn in losses]
+        weights = [1.0] * outputs if loss_weights is None else list(loss_weights)
+        if len(weights) != outputs or not all(isinstance(w, (int, float)) for w in weights):
+            raise ValueError(f"loss_weights must be {outputs} number(s), one per output, not "
+                             f"{loss_weights!r}")
+        self.loss_weights = weights
+        self.metrics = _per_output(metrics, outputs)
+        for i, ms in enumerate(self.metrics):
+            for m in ms:
+                m.name = f"out{i}_{m.name}" if self.several else m.name
+        names = [m.name for ms in self.metrics for m in ms]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"metric(s) {', '.join(repeated)} given twice; pass each once")
+
+    def __call__(self, out, target):
+        labels, weight = target
+        outs = out if self.several else (out,)
+        per = [fn(o, y) for fn, o, y in zip(self.losses, outs, labels)]
+        if weight is not None:
+            per = [mx.nd.broadcast_mul(p, weight.reshape((-1,) + (1,) * (p.ndim - 1)))
+                   for p in per]
+        if not self.several:
+            return per[0]
+        return mx.nd.add_n(*[p * w for p, w in zip(per, self.loss_weights)]), per
+
+    def keys(self) -> List[str]:
+        """The History's keys for one pass (without ``val_``)."""
+        per = [f"out{i}_loss" for i in range(self.outputs)] if self.several else []
+        return ["loss", *per, *(m.name for ms in self.metrics for m in ms)]
+
+
+def _per_output(metrics, outputs: int) -> List[List[mtr.Metric]]:
+    """``metrics`` for each output: a dict {output: metrics}, or the same for every output."""
+    if isinstance(metrics, dict):
+        bad = [k for k in metrics if not isinstance(k, int) or not 0 <= k < outputs]
+        if bad:
+            raise ValueError(f"metrics keys must be output indices 0..{outputs - 1}, not {bad}")
+        return [mtr.create(metrics.get(i)) for i in range(outputs)]
+    return [mtr.create(metrics) for _ in range(outputs)]
+
+
+class Tally:
+    """One pass's exact sums: the loss (weighted total and per output), the sample count (or
+    weight sum) and the metrics, on the devices until :meth:`logs` reads them."""
+
+    def __init__(self, objective: Objective):
+        self.objective = objective
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss, self.weight = mtr.DeviceSums(), mtr.DeviceSums()
+        self.per = [mtr.DeviceSums() for _ in range(self.objective.outputs)]
+        self.count = 0
+        for ms in self.objective.metrics:
+            for m in ms:
+                m.reset()
+
+    def add(self, outputs, targets, losses) -> list:
+        """Add one batch (lists over contexts, None where a context had no samples); returns
+        the batch's ``(context, loss sum)`` pairs."""
+        batch = []
+        for i, (out, target, loss) in enumerate(zip(outputs, targets, losses)):
+            if out is None:
+                continue
+            total, per = loss if isinstance(loss, tuple) else (loss, None)
+            batch.append((i, total.sum()))
+            self.loss.add(i, batch[-1][1])
+            for j, p in enumerate(per or ()):
+                self.per[j].add(i, p.sum())
+            weight = target[1]
+            if weight is None:
+                self.count += total.shape[0]
+            else:
+                self.weight.add(i, weight.sum())
+        several = self.objective.several
+        for j, ms in enumerate(self.objective.metrics):
+            outs = [None if o is None else (o[j] if several else o) for o in outputs]
+            labels = [None if t is None else t[0][j] for t in targets]
+            weights = [None if t is None else t[1] for t in targets]
+            for m in ms:
+                m.update(labels, outs, weights)
+        return batch
+
+    def logs(self, allreduce=None) -> Dict[str, float]:
+        count = self.count + self.weight.total()
+        pairs = {"loss": (self.loss.total(), count)}
+        if self.objective.several:
+            pairs.update({f"out{j}_loss": (s.total(), count) for j, s in enumerate(self.per)})
+        flat_metrics = [m for ms in self.objective.metrics for m in ms]
+        return mtr.reduce(pairs, flat_metrics, allreduce)
+
+
+def forward(net, data):
+    """``net`` on one context's inputs (a tuple for several inputs)."""
+    return net(*data) if isinstance(data, tuple) else net(data)
+
+
+def check_batch(net, objective: Optional[Objective], src, name: str, ctx, batch_size: int,
+                loss=None, loss_weights=None, metrics=None) -> Objective:
+    """Run the net, the loss and the metrics on the first batch of ``src``: wrong shapes,
+    labels out of range and metrics that cannot handle the data fail now, each with its own
+    reason. Builds the Objective (from ``loss``, ``loss_weights``, ``metrics``) when None."""
+    data_parts, target_parts = src.load(np.arange(min(len(src), batch_size)), [ctx])
+    data, (labels, weight) = data_parts[0], target_parts[0]
+    shapes = [x.shape for x in data] if isinstance(data, tuple) else data.shape
+    try:
+        out = forward(net, data)
+        for o in (out if isinstance(out, (tuple, list)) else [out]):
+            o.wait_to_read()  # MXNet reports errors when a result is read
+    except Exception as exc:
+        raise ValueError(f"net cannot take a batch of {name} (shape {shapes}): "
+                         f"{mtr.last_line(exc)}") from exc
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    if objective is None:
+        objective = Objective(loss, loss_weights, metrics, len(outs))
+    if len(outs) != objective.outputs or len(labels) != len(outs):
+        raise ValueError(f"the net returns {len(outs)} output(s) and {name} has {len(labels)} "
+                         "label array(s); give one label array per output")
+    for j, (fn, o, y) in enumerate(zip(objective.losses, outs, labels)):
+        arrays = src.label_arrays[j] if src.label_arrays is not None else None
+        where = f"{name} (output {j})" if objective.several else name
+        _check_labels(fn, o, y, arrays, where)
+    try:
+        result = objective(out if objective.several else outs[0], (labels, weight))
+        (result[0] if isinstance(result, tuple) else result).wait_to_read()
+    except Exception as exc:
+        raise ValueError(f"loss cannot be computed on a batch of {name} (outputs of shape "
+                         f"{[o.shape for o in outs]}, labels {[y.shape for y in labels]}): "
+                         f"{mtr.last_line(exc)}") from exc
+    for j, ms in enumerate(objective.metrics):
+        mtr.check(ms, [labels[j]], [outs[j]], f"a batch of {name}")
+    return objective
+
+
+def _check_labels(loss, out, label, all_labels, name) -> None:
+    """Sparse softmax cross-entropy needs one integer class 0..C-1 per sample: the loss would
+    otherwise clip bad labels and train on without a word."""
+    if not isinstance(loss, mx.gluon.loss.SoftmaxCrossEntropyLoss) or \
+            not getattr(loss, "_sparse_label", True):
+        return
+    classes = out.shape[-1]
+    if label.size != out.size // classes:
+        raise ValueError(f"{name} has labels of shape {label.shape} for outputs of shape "
+                         f"{out.shape}: softmax cross-entropy takes one class index per sample "
+                         f"(labels of shape {out.shape[:-1]})")
+    labels = np.asarray(all_labels) if all_labels is not None else label.asnumpy()
+    low, high = labels.min(), labels.max()
+    if low < 0 or high >= classes or not np.all(np.equal(np.mod(labels, 1), 0)):
+        checked = "" if all_labels is not None else " (in its first batch)"
+        raise ValueError(f"{name} has labels from {low:g} to {high:g}{checked} but the net "
+                         f"outputs {classes} classes (labels must be integers 0..{classes - 1})")
+
