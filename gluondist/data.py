@@ -251,7 +251,7 @@ def _arrays(part, name: str) -> List[np.ndarray]:
 
 
 def _class_weights(class_weight, labels: np.ndarray, name: str) -> np.ndarray:
-    missing = sorted(set(np.unique(labels).tolist()) - set(class_weight))
+    missing = sorted(set(int(v) for v in np.unique(labels)) - set(class_weight))
     if missing:
         raise ValueError(f"class_weight has no weight for label(s) {missing[:5]} of {name}; "
                          "give one for every class")

@@ -176,7 +176,7 @@ _BUILTIN = {
     mx.metric.MAE: lambda m: MAE(),
     mx.metric.CrossEntropy: lambda m: CrossEntropy(m.eps),
 }
-SUPPORTED = "accuracy (acc), top_k_accuracy, mse, mae, rmse, ce"
+SUPPORTED = "accuracy (acc), mse, mae, rmse, ce, mx.metric.TopKAccuracy(k)"
 
 
 def create(metrics) -> List[Metric]:

@@ -161,3 +161,14 @@ def test_batchnorm_statistics_are_equal_on_every_worker(launch, tmp_path):
     assert len(stats) == 2
     for key in p0:
         assert np.array_equal(p0[key], p1[key]), key
+
+
+def test_two_workers_accumulating_2_batches_of_16_compute_one_process_of_64(launch, tmp_path):
+    opts = {"accumulate": 2, "clip": 0.3, "schedule": True}
+    job = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 3, 16, json.dumps(opts))
+    assert job.wait(timeout=300) == 0, job.err
+    (p0, p1), (h0, h1) = job_results(tmp_path, 2)
+    assert all(np.array_equal(p0[k], p1[k]) for k in p0)
+    ref, ref_history = one_process(3, 64, {"clip": 0.3, "schedule": True})
+    assert rel_diff(total(ref), total(p0)) <= 1e-4
+    assert np.allclose(h0["loss"], ref_history["loss"], rtol=1e-4)

@@ -6,7 +6,8 @@ that epoch begins, on a job's first attempt only), optimizer, stop_at ([epoch, b
 asks to stop there), poison ([epoch, batch]: worker 1 sets its output bias to NaN there),
 batchnorm (a net with BatchNorm), regression (a regression net, L2 loss, mse/mae metrics; also
 writes numpy's val mse/mae of the final net to metrics.<rank>.json), several (the parameter-
-server recipe, then fit, then fit again on the same net, then the real fit on a new net). The
+server recipe, then fit, then fit again on the same net, then the real fit on a new net),
+accumulate (fit's accumulate). The
 tests import data(), net() and optimizer_params() to train the same model in one process.
 """
 import json
@@ -104,7 +105,8 @@ def main():
     history = gluondist.fit(model, train, val_data=val, epochs=epochs, batch_size=batch, seed=11,
                             optimizer=opts.get("optimizer", "sgd"),
                             optimizer_params=optimizer_params(opts),
-                            checkpoint_dir=opts.get("ckpt"), callbacks=callbacks, **extra)
+                            checkpoint_dir=opts.get("ckpt"), callbacks=callbacks,
+                            accumulate=opts.get("accumulate", 1), **extra)
     rank = kvstore.rank()
     np.savez(os.path.join(out, f"params.{rank}.npz"),
              **{k: p.data().asnumpy() for k, p in model._collect_params_with_prefix().items()})

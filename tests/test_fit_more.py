@@ -1,0 +1,241 @@
+"""What Keras users reach for after fit: DataLoader workers kept, evaluate and predict, best
+weights, gradient accumulation, several inputs and outputs, sample and class weights, speed."""
+import logging
+import os
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+import gluondist
+from gluondist import EarlyStopping, SaveBest
+from gluondist.callbacks import Callback
+from conftest import curves, mlp, param_sum, rel_diff
+
+OPT = {"learning_rate": 0.1, "momentum": 0.9}
+
+
+@pytest.fixture
+def small(digits):
+    X, y = digits
+    return (X[:400], y[:400]), (X[400:600], y[400:600])
+
+
+def _fit(data, epochs=2, net=None, **kw):
+    net = net or mlp()
+    kw.setdefault("optimizer_params", OPT)
+    h = gluondist.fit(net, data, epochs=epochs, batch_size=kw.pop("batch_size", 30),
+                      seed=kw.pop("seed", 7), **kw)
+    return net, h
+
+
+class PidDataset(mx.gluon.data.Dataset):
+    """Digits that leave a file named after the process that loaded each sample."""
+
+    def __init__(self, X, y, where):
+        self.X, self.y, self.where = X, y, where
+
+    def __len__(self):
+        return len(self.X)
+
+    def __getitem__(self, i):
+        open(os.path.join(self.where, str(os.getpid())), "w").close()
+        return self.X[i], self.y[i]
+
+
+def test_the_dataloaders_worker_processes_load_the_data(small, tmp_path):
+    (X, y), _ = small
+    loader = mx.gluon.data.DataLoader(PidDataset(X, y, str(tmp_path)), batch_size=40,
+                                      num_workers=2, shuffle=True)
+    by_workers, h = _fit(loader, epochs=2, batch_size=40)
+    pids = {int(p) for p in os.listdir(tmp_path)}
+    assert len(pids - {os.getpid()}) == 2  # the two worker processes
+    in_process, _ = _fit(mx.gluon.data.ArrayDataset(X, y), epochs=2, batch_size=40)
+    assert rel_diff(param_sum(by_workers), param_sum(in_process)) <= 1e-5  # same batches
+
+
+class Sizes(Callback):
+    def __init__(self):
+        self.sizes = []
+
+    def on_batch_end(self, run, batch, logs):
+        self.sizes.append(logs["size"])
+
+
+def test_last_batch_discard_drops_the_last_partial_batch(small):
+    (X, y), _ = small
+    sizes = Sizes()
+    loader = mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(X, y), batch_size=30,
+                                      last_batch="discard")
+    _fit(loader, epochs=1, callbacks=[sizes])
+    assert sizes.sizes == [30] * 13  # 400 = 13 x 30 + 10: the 10 are dropped
+    kept = Sizes()
+    _fit(mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(X, y), batch_size=30), epochs=1,
+         callbacks=[kept])
+    assert kept.sizes == [30] * 13 + [10]
+    with pytest.raises(ValueError, match="last_batch='rollover'.*use 'keep' or 'discard'"):
+        _fit(mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(X, y), batch_size=30,
+                                      last_batch="rollover"))
+
+
+def test_an_error_in_a_loader_worker_reaches_the_caller(small):
+    class Broken(mx.gluon.data.Dataset):
+        def __len__(self):
+            return 400
+
+        def __getitem__(self, i):
+            if i == 333:
+                raise IndexError("sample 333 is corrupt")
+            return small[0][0][i], small[0][1][i]
+
+    loader = mx.gluon.data.DataLoader(Broken(), batch_size=40, num_workers=2)
+    with pytest.raises(Exception, match="sample 333 is corrupt"):
+        _fit(loader, epochs=1)
+
+
+@pytest.mark.parametrize("ctx", [1, 2])
+def test_evaluate_right_after_fit_gives_its_last_validation_figures(small, ctx):
+    metrics = lambda: ["acc", mx.metric.TopKAccuracy(3)]
+    net, h = _fit(small[0], val_data=small[1], ctx=ctx, metrics=metrics())
+    figures = gluondist.evaluate(net, small[1], metrics=metrics(), ctx=ctx)
+    assert set(figures) == {"loss", "accuracy", "top_k_accuracy_3"}
+    for key, value in figures.items():
+        assert value == pytest.approx(h.history[f"val_{key}"][-1], rel=1e-6), key
+
+
+def test_predict_returns_outputs_in_sample_order(small):
+    net, h = _fit(small[0], val_data=small[1])
+    out = gluondist.predict(net, small[1][0], batch_size=64, ctx=2)
+    assert isinstance(out, np.ndarray) and out.shape == (200, 10)
+    accuracy = (out.argmax(axis=1) == small[1][1]).mean()
+    assert accuracy == pytest.approx(h.history["val_accuracy"][-1], abs=1e-9)
+    assert np.allclose(out, net(mx.nd.array(small[1][0])).asnumpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="no trained parameters"):
+        gluondist.predict(mlp(), small[1][0])
+
+
+def test_restore_best_weights_leaves_the_best_epoch(small):
+    stop = EarlyStopping("val_loss", patience=20, restore_best_weights=True)
+    # lr 1.5 overshoots: val_loss is not at its best in the last epoch
+    net, h = _fit(small[0], epochs=6, val_data=small[1], callbacks=[stop],
+                  optimizer_params={"learning_rate": 1.5, "momentum": 0.9})
+    best = min(h.history["val_loss"])
+    assert h.history["val_loss"][-1] != best
+    assert gluondist.evaluate(net, small[1])["loss"] == pytest.approx(best, rel=1e-6)
+
+
+def test_save_best_writes_the_best_weights_for_plain_mxnet(small, tmp_path):
+    path = tmp_path / "best.params"
+    net, h = _fit(small[0], epochs=6, val_data=small[1], callbacks=[SaveBest(path)],
+                  optimizer_params={"learning_rate": 1.5, "momentum": 0.9})
+    loaded = mlp()
+    loaded.load_parameters(str(path))
+    best = min(h.history["val_loss"])
+    assert gluondist.evaluate(loaded, small[1])["loss"] == pytest.approx(best, rel=1e-6)
+    assert [p.name for p in tmp_path.iterdir()] == ["best.params"]  # no temporary file left
+
+
+def test_best_weights_survive_a_resume(small, tmp_path):
+    kw = dict(val_data=small[1], checkpoint_dir=tmp_path / "ckpt",
+              optimizer_params={"learning_rate": 1.5, "momentum": 0.9})
+    full_stop = EarlyStopping("val_loss", patience=20, restore_best_weights=True)
+    full, hf = _fit(small[0], epochs=6, callbacks=[full_stop],
+                    val_data=small[1], optimizer_params=kw["optimizer_params"])
+    _fit(small[0], epochs=3, callbacks=[EarlyStopping("val_loss", patience=20,
+                                                      restore_best_weights=True)], **kw)
+    resumed, hr = _fit(small[0], epochs=6, callbacks=[
+        EarlyStopping("val_loss", patience=20, restore_best_weights=True)], **kw)
+    assert rel_diff(param_sum(full), param_sum(resumed)) <= 1e-4
+
+
+@pytest.mark.parametrize("ctx", [1, 2])
+def test_accumulating_4_batches_of_16_equals_batches_of_64(small, ctx):
+    schedule = lambda: mx.lr_scheduler.FactorScheduler(step=3, factor=0.7)
+    params = lambda: {"learning_rate": 0.1, "momentum": 0.9, "clip_global_norm": 2.0,
+                      "lr_scheduler": schedule()}
+    big, hb = _fit(small[0], epochs=3, batch_size=64, ctx=ctx, optimizer_params=params())
+    acc, ha = _fit(small[0], epochs=3, batch_size=16, ctx=ctx, accumulate=4,
+                   optimizer_params=params())
+    assert rel_diff(param_sum(big), param_sum(acc)) <= 1e-4
+    assert np.allclose(ha.history["loss"], hb.history["loss"], rtol=1e-4)
+
+
+def _two_by_two(n=300, seed=0):
+    rs = np.random.RandomState(seed)
+    X1, X2 = rs.rand(n, 6).astype(np.float32), rs.rand(n, 4).astype(np.float32)
+    y1 = (X1[:, 0] + X2[:, 0] > 1).astype(np.float32)  # a class
+    y2 = (X1 @ rs.rand(6) + X2 @ rs.rand(4)).astype(np.float32)  # a value
+    return (X1, X2), (y1, y2)
+
+
+class TwoByTwo(mx.gluon.HybridBlock):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = mx.gluon.nn.Dense(16, activation="relu"), mx.gluon.nn.Dense(16)
+        self.cls, self.reg = mx.gluon.nn.Dense(2), mx.gluon.nn.Dense(1)
+
+    def hybrid_forward(self, F, x1, x2):
+        h = F.relu(self.a(x1) + self.b(x2))
+        return self.cls(h), self.reg(h)
+
+
+def test_a_two_input_two_output_net_trains_with_per_output_figures():
+    X, y = _two_by_two()
+    net = TwoByTwo()
+    net.hybridize()
+    losses = [mx.gluon.loss.SoftmaxCrossEntropyLoss(), mx.gluon.loss.L2Loss()]
+    h = gluondist.fit(net, (X, y), val_data=(X, y), loss=losses, loss_weights=[1.0, 0.5],
+                      metrics={0: "accuracy", 1: ["mae"]}, epochs=8, batch_size=32, seed=1,
+                      optimizer="adam", optimizer_params={"learning_rate": 0.01})
+    assert set(curves(h.history)) == {f"{p}{k}" for p in ("", "val_") for k in (
+        "loss", "out0_loss", "out1_loss", "out0_accuracy", "out1_mae")}
+    for p in ("", "val_"):  # the total is the weighted sum
+        assert np.allclose(h.history[f"{p}loss"], np.array(h.history[f"{p}out0_loss"])
+                           + 0.5 * np.array(h.history[f"{p}out1_loss"]), rtol=1e-5)
+    assert h.history["out0_accuracy"][-1] > 0.8
+    assert h.history["out1_loss"][-1] < h.history["out1_loss"][0]
+    cls, reg = gluondist.predict(net, X)
+    assert cls.shape == (300, 2) and reg.shape == (300, 1)
+    figures = gluondist.evaluate(net, (X, y), loss=losses, loss_weights=[1.0, 0.5],
+                                 metrics={0: "accuracy", 1: ["mae"]})
+    assert figures["out1_mae"] == pytest.approx(h.history["val_out1_mae"][-1], rel=1e-6)
+
+
+def test_outputs_and_losses_that_do_not_match_fail_before_training():
+    X, y = _two_by_two()
+    with pytest.raises(ValueError, match="2 output\\(s\\) but loss= gives 3"):
+        gluondist.fit(TwoByTwo(), (X, y), loss=[mx.gluon.loss.L2Loss()] * 3)
+    with pytest.raises(ValueError, match="returns 2 output\\(s\\) and train_data has 1 label"):
+        gluondist.fit(TwoByTwo(), (X, y[0]))
+
+
+def test_zero_sample_weights_exclude_those_samples_exactly(small):
+    (X, y), _ = small
+    weight = np.where(np.arange(len(X)) % 3 == 0, 0.0, 1.0).astype(np.float32)
+    junk_a, junk_b = y.copy(), y.copy()
+    junk_a[weight == 0], junk_b[weight == 0] = 0, 9  # whatever these labels are...
+    a, ha = _fit((X, junk_a, weight), val_data=(X, junk_a, weight))
+    b, hb = _fit((X, junk_b, weight), val_data=(X, junk_b, weight))
+    assert param_sum(a) == param_sum(b)  # ...they change nothing
+    keep = weight > 0
+    figures = gluondist.evaluate(a, (X[keep], y[keep]))
+    assert ha.history["val_loss"][-1] == pytest.approx(figures["loss"], rel=1e-6)
+    assert ha.history["val_accuracy"][-1] == pytest.approx(figures["accuracy"], rel=1e-6)
+
+
+def test_class_weight_is_a_weight_per_label(small):
+    (X, y), _ = small
+    by_class, hc = _fit((X, y), class_weight={k: 2.0 if k == 3 else 1.0 for k in range(10)})
+    by_sample, hs = _fit((X, y, np.where(y == 3, 2.0, 1.0)))
+    assert param_sum(by_class) == param_sum(by_sample)
+    with pytest.raises(ValueError, match=r"class_weight has no weight for label\(s\) \[9\]"):
+        _fit((X, y), class_weight={k: 1.0 for k in range(9)})
+
+
+def test_speed_is_in_the_history_and_the_log_line(small, caplog):
+    caplog.set_level(logging.INFO, logger="gluondist")
+    _, h = _fit(small[0], epochs=2, progress=False)
+    assert len(h.history["epoch_seconds"]) == 2
+    for seconds, speed in zip(h.history["epoch_seconds"], h.history["samples_per_s"]):
+        assert speed == pytest.approx(400 / seconds, rel=1e-9)
+    assert "samples/s" in caplog.text and "epoch 2/2" in caplog.text
