@@ -9,8 +9,6 @@ fit / hand, and checks that both arms ended with the same loss.
     python benchmarks/fit_overhead.py [--repeats 7] [--epochs 40] [--batch-size 64]
 """
 import argparse
-import statistics
-import time
 
 import mxnet as mx
 import numpy as np
@@ -18,6 +16,7 @@ from mxnet import autograd, gluon
 from sklearn.datasets import load_digits
 
 import gluondist
+from alternate import alternate
 
 
 def mlp():
@@ -80,22 +79,13 @@ def main():
     train, val = (X[:1437], y[:1437]), (X[1437:], y[1437:])
     with_fit(train, val, 1, args.batch_size, 0)  # warm up both paths (allocations, op caches)
     by_hand(train, val, 1, args.batch_size, 0)
-    ratios = []
-    for rep in range(args.repeats):
-        timings, results = {}, {}
-        for name, fn in ((("hand", by_hand), ("fit", with_fit)) if rep % 2 == 0
-                         else (("fit", with_fit), ("hand", by_hand))):
-            start = time.perf_counter()
-            results[name] = fn(train, val, args.epochs, args.batch_size, rep)
-            timings[name] = time.perf_counter() - start
+    def same(results):
         assert results["hand"][3] > 0.85, results  # both really trained...
         assert np.allclose(results["hand"], results["fit"], rtol=1e-3), results  # ...alike
-        ratios.append(timings["fit"] / timings["hand"])
-        print(f"repeat {rep}: hand {timings['hand']:.3f}s  fit {timings['fit']:.3f}s  "
-              f"ratio {ratios[-1]:.3f}", flush=True)
-    print(f"median fit/hand ratio over {args.repeats} repeats: {statistics.median(ratios):.3f} "
-          f"(target <= 1.05)")
 
+    alternate({"hand": lambda rep: by_hand(train, val, args.epochs, args.batch_size, rep),
+               "fit": lambda rep: with_fit(train, val, args.epochs, args.batch_size, rep)},
+              args.repeats, same)
 
 if __name__ == "__main__":
     main()

@@ -10,8 +10,6 @@ fit / hand.
     python benchmarks/loader_overhead.py [--repeats 5] [--epochs 3] [--workers 2]
 """
 import argparse
-import statistics
-import time
 
 import mxnet as mx
 import numpy as np
@@ -19,6 +17,7 @@ from mxnet import autograd, gluon
 from sklearn.datasets import load_digits
 
 import gluondist
+from alternate import alternate
 
 
 class Augmented(gluon.data.Dataset):
@@ -96,21 +95,11 @@ def main():
                                    num_workers=args.workers)
     with_fit(loader, 1, 0)  # warm up both paths
     by_hand(loader, 1, 0)
-    ratios = []
-    for rep in range(args.repeats):
-        timings = {}
-        for name, fn in ((("hand", by_hand), ("fit", with_fit)) if rep % 2 == 0
-                         else (("fit", with_fit), ("hand", by_hand))):
-            start = time.perf_counter()
-            loss, accuracy = fn(loader, args.epochs, rep)
-            timings[name] = time.perf_counter() - start
-            assert accuracy > 0.2, (name, loss, accuracy)  # both really trained (10 classes)
-        ratios.append(timings["fit"] / timings["hand"])
-        print(f"repeat {rep}: hand {timings['hand']:.3f}s  fit {timings['fit']:.3f}s  "
-              f"ratio {ratios[-1]:.3f}", flush=True)
-    print(f"median fit/hand ratio over {args.repeats} repeats: {statistics.median(ratios):.3f} "
-          f"(target <= 1.05)")
+    def trained(results):  # both really trained (10 classes)
+        assert all(accuracy > 0.2 for _, accuracy in results.values()), results
 
+    alternate({"hand": lambda rep: by_hand(loader, args.epochs, rep),
+               "fit": lambda rep: with_fit(loader, args.epochs, rep)}, args.repeats, trained)
 
 if __name__ == "__main__":
     main()

@@ -152,3 +152,24 @@ SPEED = ("epoch_seconds", "samples_per_s")
 def curves(history):
     """A History dict without its timing keys (which differ from run to run)."""
     return {k: v for k, v in history.items() if k not in SPEED}
+
+
+OPT = {"learning_rate": 0.1, "momentum": 0.9}
+
+
+@pytest.fixture
+def small(digits):
+    """400 training and 200 validation digits."""
+    X, y = digits
+    return (X[:400], y[:400]), (X[400:600], y[400:600])
+
+
+def fit_mlp(data, epochs=2, net=None, **kw):
+    """gluondist.fit with the tests' defaults (an MLP, batch 30, seed 7, SGD with momentum);
+    returns ``(net, history)``."""
+    import gluondist
+    net = net or mlp()
+    kw.setdefault("optimizer_params", OPT)
+    h = gluondist.fit(net, data, epochs=epochs, batch_size=kw.pop("batch_size", 30),
+                      seed=kw.pop("seed", 7), **kw)
+    return net, h

@@ -12,14 +12,7 @@ from gluondist import checkpoint
 from gluondist.callbacks import Callback, EarlyStopping
 from conftest import SCRIPTS, curves, mlp, param_sum, rel_diff, wait_until
 
-OPT = {"learning_rate": 0.1, "momentum": 0.9}
-
-
-@pytest.fixture
-def small(digits):
-    X, y = digits
-    return (X[:400], y[:400]), (X[400:600], y[400:600])
-
+from conftest import OPT
 
 def test_history_has_keras_keys_and_learns(small):
     train, val = small

@@ -35,6 +35,18 @@ def total(params):
     return sum(float(np.abs(v).sum()) for v in params.values())
 
 
+def resume_like_one_process(launch, tmp_path, ckpt, first):
+    """``first`` (a job of 4 epochs x 2 workers x 32) ended early; resuming it from ``ckpt``
+    must end as one process of 4 epochs x 64 does."""
+    resumed = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 4, 32, json.dumps({"ckpt": str(ckpt)}))
+    assert resumed.wait(timeout=300) == 0, resumed.err
+    (p0, _), (h0, _) = job_results(tmp_path, 2)
+    ref, ref_history = one_process(4, 64)
+    assert rel_diff(total(ref), total(p0)) <= 1e-4
+    assert np.allclose(h0["loss"], ref_history["loss"], rtol=1e-4)
+    assert first.leftovers() == [] and resumed.leftovers() == []
+
+
 @pytest.mark.parametrize("opts", [{}, {"clip": 0.3, "schedule": True}])
 def test_two_workers_of_32_compute_one_process_of_64(launch, tmp_path, opts):
     job = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 3, 32, json.dumps(opts))
@@ -58,13 +70,7 @@ def test_a_crashed_job_resumes_from_its_checkpoint(launch, tmp_path):
     assert crash.wait(timeout=300) == 1
     assert "RuntimeError: worker 1 crashes in epoch 2" in crash.err
     assert sorted(p.name for p in ckpt.iterdir()) == ["ckpt-000000", "ckpt-000001"]
-    resumed = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 4, 32, json.dumps({"ckpt": str(ckpt)}))
-    assert resumed.wait(timeout=300) == 0, resumed.err
-    (p0, _), (h0, _) = job_results(tmp_path, 2)
-    ref, ref_history = one_process(4, 64)
-    assert rel_diff(total(ref), total(p0)) <= 1e-4
-    assert np.allclose(h0["loss"], ref_history["loss"], rtol=1e-4)
-    assert crash.leftovers() == [] and resumed.leftovers() == []
+    resume_like_one_process(launch, tmp_path, ckpt, crash)
 
 
 def test_max_restarts_resumes_from_the_last_complete_epoch(launch, tmp_path):
@@ -119,13 +125,7 @@ def test_a_stop_mid_epoch_then_resume_equals_an_uninterrupted_job(launch, tmp_pa
     assert stopped.wait(timeout=300) == 0, stopped.err
     _, (h0, h1) = job_results(tmp_path, 2)
     assert len(h0["loss"]) == len(h1["loss"]) == 2  # epoch 2 finished, then both stopped
-    resumed = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 4, 32, json.dumps({"ckpt": str(ckpt)}))
-    assert resumed.wait(timeout=300) == 0, resumed.err
-    (p0, _), (h0, _) = job_results(tmp_path, 2)
-    ref, ref_history = one_process(4, 64)
-    assert rel_diff(total(ref), total(p0)) <= 1e-4
-    assert np.allclose(h0["loss"], ref_history["loss"], rtol=1e-4)
-    assert stopped.leftovers() == [] and resumed.leftovers() == []
+    resume_like_one_process(launch, tmp_path, ckpt, stopped)
 
 
 def test_a_non_finite_loss_stops_every_worker_and_names_the_rank(launch, tmp_path):

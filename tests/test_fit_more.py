@@ -10,23 +10,9 @@ import pytest
 import gluondist
 from gluondist import EarlyStopping, SaveBest
 from gluondist.callbacks import Callback
-from conftest import curves, mlp, param_sum, rel_diff
+from conftest import curves, fit_mlp, mlp, param_sum, rel_diff
 
-OPT = {"learning_rate": 0.1, "momentum": 0.9}
-
-
-@pytest.fixture
-def small(digits):
-    X, y = digits
-    return (X[:400], y[:400]), (X[400:600], y[400:600])
-
-
-def _fit(data, epochs=2, net=None, **kw):
-    net = net or mlp()
-    kw.setdefault("optimizer_params", OPT)
-    h = gluondist.fit(net, data, epochs=epochs, batch_size=kw.pop("batch_size", 30),
-                      seed=kw.pop("seed", 7), **kw)
-    return net, h
+_fit = fit_mlp
 
 
 class PidDataset(mx.gluon.data.Dataset):
