@@ -220,6 +220,17 @@ class Checkpointer(Callback):
                         run.callbacks.state_arrays())
 
 
+class StopAgreement(Callback):
+    """Makes a stop requested on any worker of a ``dist_sync`` job the decision of all of them
+    (one stopping alone would leave the others blocked in push), before the epoch's checkpoint
+    records it. fit places it after the user's callbacks; in one process it does nothing."""
+
+    def on_epoch_end(self, run, epoch, logs):
+        if run.step.agree:
+            from .kvstore import allreduce
+            run.stop_training = bool(allreduce([float(run.stop_training)])[0] > 0)
+
+
 class Heartbeat(Callback):
     """Tells the launcher each finished batch, for its stall detection (a no-op elsewhere)."""
 
@@ -252,7 +263,8 @@ class _Monitor:
     def check(self, keys: Sequence[str]) -> None:
         """Called by fit before training with the keys the run will record."""
         if self.monitor not in keys:
-            hint = " (pass val_data to fit)" if self.monitor.startswith("val_") else ""
+            no_val = not any(k.startswith("val_") for k in keys)
+            hint = " (pass val_data to fit)" if self.monitor.startswith("val_") and no_val else ""
             raise ValueError(f"{self.owner} monitors {self.monitor!r} but the run records "
                              f"{', '.join(keys)}{hint}")
 
@@ -283,6 +295,19 @@ class EarlyStopping(_Monitor, Callback):
         self.restore_best_weights = restore_best_weights
         self.best_weights: Optional[dict] = None
         self.best_epoch: Optional[int] = None
+        self._restored = False
+
+    def on_train_begin(self, run):
+        """A fresh run starts from scratch (as Keras); a resumed one that had already stopped
+        early trains no further: it ends where the uninterrupted run ended."""
+        if self._restored and self.stopped_epoch is not None:
+            run.stop_training = True
+            log.info("early stopping had stopped this run at epoch %d; nothing to train "
+                     "(resume=False starts a fresh run)", self.stopped_epoch + 1)
+        elif not self._restored:
+            self.best, self.wait, self.stopped_epoch = None, 0, None
+            self.best_weights, self.best_epoch = None, None
+        self._restored = False
 
     def on_epoch_end(self, run, epoch, logs):
         if self.improved(logs):
@@ -300,16 +325,20 @@ class EarlyStopping(_Monitor, Callback):
 
     def on_train_end(self, run):
         if self.restore_best_weights and self.best_weights is not None:
+            from .parallel import assign
             for name, p in run.net._collect_params_with_prefix().items():
-                p.set_data(self.best_weights[name])
+                assign(p, self.best_weights[name])
             log.info("restored the weights of epoch %d (best %s %.6g)", self.best_epoch + 1,
                      self.monitor, self.best)
 
     def state_dict(self):
-        return {"best": self.best, "wait": self.wait, "best_epoch": self.best_epoch}
+        return {"best": self.best, "wait": self.wait, "best_epoch": self.best_epoch,
+                "stopped_epoch": self.stopped_epoch}
 
     def load_state_dict(self, state):
-        self.best, self.wait, self.best_epoch = state["best"], state["wait"], state["best_epoch"]
+        self.best, self.wait = state["best"], state["wait"]
+        self.best_epoch, self.stopped_epoch = state["best_epoch"], state.get("stopped_epoch")
+        self._restored = True
 
     def state_arrays(self):
         return dict(self.best_weights or {}) if self.restore_best_weights else {}

@@ -32,6 +32,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from ._mx import mx
+from .parallel import assign
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,8 @@ def save(directory, epoch: int, net, trainer, state: dict,
 def start_fresh(directory) -> None:
     """Make the checkpoints already in ``directory`` an earlier run's: never resumed again."""
     directory = Path(directory)
+    if (directory / RUN).exists() and not (directory / RUN).is_file():
+        raise ValueError(f"{directory / RUN} is not a regular file; remove it")
     tmp = directory / f".{RUN}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
         json.dump({"format": FORMAT, "first": _next_number(directory)}, f)
@@ -128,16 +131,17 @@ def load_latest(directory) -> Optional[Checkpoint]:
         path = directory / f"ckpt-{number:06d}"
         try:
             return _read(path)
-        except (OSError, ValueError, mx.base.MXNetError) as exc:
+        except (OSError, ValueError, TypeError, KeyError, OverflowError, RecursionError,
+                mx.base.MXNetError) as exc:  # whatever a planted or damaged file can cause
             reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-            log.warning("skipping checkpoint %s: %s", path, reason)
+            log.warning("skipping checkpoint %s: %s", path, reason[:300])
     return None
 
 
 def restore_net(ckpt: Checkpoint, net) -> None:
     """Set ``net``'s parameters to the checkpoint's (on the devices it is already on)."""
     for name, param in net._collect_params_with_prefix().items():
-        param.set_data(ckpt.params[name])
+        assign(param, ckpt.params[name])
 
 
 def restore_trainer(ckpt: Checkpoint, trainer) -> None:
@@ -147,10 +151,16 @@ def restore_trainer(ckpt: Checkpoint, trainer) -> None:
         return
     arrays = ckpt.arrays
     opt = trainer._optimizer
+    if meta["type"] != type(opt).__name__:
+        raise ValueError(f"the checkpoint in {ckpt.path.parent} holds the state of a "
+                         f"{meta['type']} optimizer, not {type(opt).__name__}; train with the "
+                         "same optimizer, or pass resume=False to start a fresh run")
     opt.num_update = meta["num_update"]
-    opt._all_index_update_counts = {int(d): {int(i): c for i, c in counts.items()}
-                                    for d, counts in meta["update_counts"].items()}
-    opt._index_update_count = opt._all_index_update_counts.setdefault(0, {})
+    counts = {int(i): c for i, c in meta["update_counts"].items()}
+    # Every device's copy is updated alike (sync modes): each gets the same counts, also when
+    # this run has more devices than the one that wrote the checkpoint.
+    opt._all_index_update_counts = {c.device_id: dict(counts) for c in trainer._contexts}
+    opt._index_update_count = opt._all_index_update_counts[trainer._contexts[0].device_id]
     for updater in trainer._updaters:
         updater.states = {int(i): _unflatten(tree, arrays) for i, tree in meta["states"].items()}
         updater.states_synced = dict.fromkeys(updater.states, False)  # moved to each device
@@ -165,9 +175,9 @@ def _save_optimizer(trainer, path: Path) -> Optional[dict]:
     if arrays:
         mx.nd.save(str(path), arrays)
     opt = trainer._optimizer
-    return {"num_update": opt.num_update, "states": states, "arrays": bool(arrays),
-            "update_counts": {str(d): {str(i): c for i, c in counts.items()}
-                              for d, counts in opt._all_index_update_counts.items()}}
+    counts = opt._all_index_update_counts.get(trainer._contexts[0].device_id, {})
+    return {"type": type(opt).__name__, "num_update": opt.num_update, "states": states,
+            "arrays": bool(arrays), "update_counts": {str(i): c for i, c in counts.items()}}
 
 
 def _flatten(state, key: str, arrays: dict):
@@ -191,31 +201,104 @@ def _unflatten(tree, arrays):
 
 
 def _read(path: Path) -> Checkpoint:
-    with open(path / STATE) as f:
-        state = json.load(f)
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise ValueError(f"not a format-{FORMAT} gluondist checkpoint")
-    for key, kind in (("epoch", int), ("seed", int), ("signature", list), ("history", dict),
-                      ("rng", dict), ("callbacks", dict)):
-        if not isinstance(state.get(key), kind):
-            raise ValueError(f"{STATE} has no valid {key!r}")
-    params = mx.nd.load(str(path / PARAMS))  # MXNet's binary format: arrays, never code
+    """Read and check one checkpoint directory; ValueError (or OSError, MXNetError) names what
+    is wrong. Only regular files are opened: a FIFO planted there would block forever."""
+    state = _json(path / STATE)
+    _check_state(state)
+    params = mx.nd.load(str(_regular(path / PARAMS)))  # MXNet's binary format: never code
     if not isinstance(params, dict) or sorted([k, list(v.shape)] for k, v in params.items()) \
             != state["signature"]:
         raise ValueError(f"{PARAMS} does not hold the parameters {STATE} names")
-    meta = state.get("optimizer")
-    arrays = mx.nd.load(str(path / STATES)) if meta and meta.get("arrays") else {}
-    callbacks = mx.nd.load(str(path / CALLBACKS)) if (path / CALLBACKS).is_file() else {}
+    meta = state["optimizer"]
+    arrays = mx.nd.load(str(_regular(path / STATES))) if meta and meta["arrays"] else {}
+    callbacks = mx.nd.load(str(_regular(path / CALLBACKS))) if (path / CALLBACKS).exists() else {}
+    if not isinstance(arrays, dict) or not isinstance(callbacks, dict):
+        raise ValueError("its state arrays are not named")
+    if meta and not _names(meta["states"]) <= set(arrays):
+        raise ValueError(f"{STATES} lacks arrays that {STATE} names")
     return Checkpoint(path, state, params, arrays, callbacks)
 
 
-def _first_of_run(directory: Path) -> int:
+def _regular(path: Path) -> Path:
+    if not path.is_file():  # False for a FIFO, a directory, a missing file
+        raise ValueError(f"{path.name} is not a regular file")
+    return path
+
+
+def _json(path: Path):
+    with open(_regular(path)) as f:
+        return json.load(f)
+
+
+def _check_state(state) -> None:
+    """Every field fit reads, of the type and range it needs."""
+    def need(ok: bool, what: str):
+        if not ok:
+            raise ValueError(f"{STATE} has no valid {what}")
+
+    need(isinstance(state, dict) and state.get("format") == FORMAT, f"format {FORMAT}")
+    need(_int(state.get("epoch"), 0, 10 ** 9), "epoch")
+    need(_int(state.get("seed"), 0, 2 ** 31 - 1), "seed")
+    need(isinstance(state.get("signature"), list), "signature")
+    history = state.get("history")
+    need(isinstance(history, dict) and all(
+        isinstance(v, list) and len(v) == state["epoch"] + 1 and
+        all(isinstance(x, (int, float)) for x in v) for v in history.values()), "history")
+    rng = state.get("rng")
+    need(isinstance(rng, dict) and _rng_ok(rng), "rng")
+    need(isinstance(state.get("callbacks"), dict) and all(
+        isinstance(v, dict) for v in state["callbacks"].values()), "callbacks")
+    meta = state.get("optimizer")
+    need(meta is None or (isinstance(meta, dict) and isinstance(meta.get("type"), str) and
+                          _int(meta.get("num_update"), 0, 2 ** 62) and
+                          isinstance(meta.get("arrays"), bool) and
+                          isinstance(meta.get("states"), dict) and
+                          isinstance(meta.get("update_counts"), dict) and
+                          all(_int(c, 0, 2 ** 62) for c in meta["update_counts"].values()) and
+                          all(k.isdigit() for k in [*meta["states"], *meta["update_counts"]])),
+         "optimizer")
+
+
+def _int(value, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _rng_ok(rng: dict) -> bool:
     try:
-        with open(directory / RUN) as f:
-            return int(json.load(f)["first"])
-    except FileNotFoundError:
+        version, internal, gauss = rng["python"]
+        name, keys, pos, has_gauss, cached = rng["numpy"]
+        return (_int(version, 0, 100) and isinstance(internal, list) and len(internal) == 625
+                and all(_int(k, 0, 2 ** 32) for k in internal) and name == "MT19937"
+                and isinstance(keys, list) and len(keys) == 624
+                and all(_int(k, 0, 2 ** 32 - 1) for k in keys) and _int(pos, 0, 624)
+                and _int(has_gauss, 0, 1) and isinstance(cached, (int, float))
+                and (gauss is None or isinstance(gauss, float)))
+    except (TypeError, ValueError, KeyError):
+        return False
+
+
+def _names(tree) -> set:
+    """The array names a JSON state tree refers to."""
+    if isinstance(tree, dict) and set(tree) == {"array"} and isinstance(tree["array"], str):
+        return {tree["array"]}
+    if isinstance(tree, dict):
+        return set().union(*map(_names, tree.values())) if tree else set()
+    if isinstance(tree, list):
+        return set().union(*map(_names, tree)) if tree else set()
+    if tree is None:
+        return set()
+    raise ValueError(f"{STATE}: an optimizer state that is not an array: {tree!r}"[:200])
+
+
+def _first_of_run(directory: Path) -> int:
+    if not (directory / RUN).exists():
         return 0
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    try:
+        first = _json(directory / RUN)["first"]
+        if not _int(first, 0, 10 ** 9):
+            raise ValueError(f"'first' is {first!r}, not a checkpoint number")
+        return first
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         log.warning("ignoring %s: %s", directory / RUN, exc)
         return 0
 

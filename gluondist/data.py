@@ -85,8 +85,7 @@ class DatasetSource(Source):
 
     def _place(self, batch, ctxs):
         inputs, labels, weight = unpack(batch, self.labelled)
-        inputs = [x if np.issubdtype(np.dtype(x.dtype), np.floating) else x.astype(np.float32)
-                  for x in inputs]  # as for arrays: nets compute in floats
+        inputs, labels = [_float32(x) for x in inputs], [_float32(y) for y in labels]
         if self.class_weight is not None:
             by_class = self.class_weight.take(labels[0].astype("int32").reshape((-1,)))
             weight = by_class if weight is None else weight.reshape((-1,)) * by_class
@@ -107,6 +106,11 @@ class DatasetSource(Source):
             for (idx, global_count), batch in zip(sampler.batches(), self._loader):
                 yield (len(idx), global_count, *self._place(batch, ctxs))
         return Prefetcher(batches())
+
+
+def _float32(array):
+    """As for arrays: integers and float64 become float32 (float16 is left alone)."""
+    return array if array.dtype in (np.float32, np.float16) else array.astype(np.float32)
 
 
 class _Indices:

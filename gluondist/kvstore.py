@@ -398,7 +398,7 @@ class TrainStep:
                 means.append(mx.nd.array(flat[at:at + size].reshape(p.shape), dtype=p.dtype))
                 at += size
         for p, mean in zip(fixed, means):
-            p.set_data(mean)
+            parallel.assign(p, mean)
 
 
 def _clip_local(trainer, ctxs, max_norm):

@@ -78,13 +78,23 @@ def _like(label, pred):
         else label
 
 
+def class_axis(label, pred) -> int:
+    """The axis of ``pred`` that holds the classes: the last, or axis 1 when the labels have
+    ``pred``'s shape without axis 1 (as for ``SoftmaxCrossEntropyLoss(axis=1)``)."""
+    if label.shape != pred.shape[:-1] and pred.ndim > 2 and \
+            label.shape == pred.shape[:1] + pred.shape[2:]:
+        return 1
+    return pred.ndim - 1
+
+
 class Accuracy(Metric):
     name = "accuracy"
 
     def per_sample(self, label, pred):
+        axis = class_axis(label, pred)
         if label.ndim != pred.ndim - 1:
-            label = label.reshape(pred.shape[:-1])
-        return pred.argmax(axis=-1) == label.astype(pred.dtype, copy=False)
+            label = label.reshape(pred.shape[:axis] + pred.shape[axis + 1:])
+        return pred.argmax(axis=axis) == label.astype(pred.dtype, copy=False)
 
 
 class TopKAccuracy(Metric):
@@ -195,12 +205,14 @@ def create(metrics) -> List[Metric]:
             try:
                 m = mx.metric.create(m)
             except Exception as exc:
-                raise ValueError(f"unknown metric {m!r}; use one of {SUPPORTED}, or an "
-                                 "mx.metric.EvalMetric") from exc
+                raise ValueError(f"unknown metric {m!r} ({last_line(exc)}); use one of "
+                                 f"{SUPPORTED}, or an mx.metric.EvalMetric") from exc
         if isinstance(m, mx.metric.CompositeEvalMetric):
             out.extend(create(list(m.metrics)))
         elif type(m) in _BUILTIN:
-            out.append(_BUILTIN[type(m)](m))
+            ours = _BUILTIN[type(m)](m)
+            ours.name = m.name  # MXNet's default names are ours; a user's own name is kept
+            out.append(ours)
         elif isinstance(m, mx.metric.EvalMetric):
             out.append(Custom(m))
         else:

@@ -164,11 +164,12 @@ def _check_labels(loss, out, label, all_labels, name) -> None:
     if not isinstance(loss, mx.gluon.loss.SoftmaxCrossEntropyLoss) or \
             not getattr(loss, "_sparse_label", True):
         return
-    classes = out.shape[-1]
+    axis = getattr(loss, "_axis", -1) % out.ndim
+    classes = out.shape[axis]
     if label.size != out.size // classes:
         raise ValueError(f"{name} has labels of shape {label.shape} for outputs of shape "
                          f"{out.shape}: softmax cross-entropy takes one class index per sample "
-                         f"(labels of shape {out.shape[:-1]})")
+                         f"(labels of shape {out.shape[:axis] + out.shape[axis + 1:]})")
     labels = np.asarray(all_labels) if all_labels is not None else label.asnumpy()
     low, high = labels.min(), labels.max()
     if low < 0 or high >= classes or not np.all(np.equal(np.mod(labels, 1), 0)):

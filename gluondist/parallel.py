@@ -107,6 +107,14 @@ def initialize(net, ctxs: Sequence["mx.Context"], sample=None, init=None) -> Non
         net(split(sample, ctxs[:1])[0])
 
 
+def assign(param, value) -> None:
+    """Copy ``value`` into every device's copy of ``param``, in place. Unlike
+    ``Parameter.set_data`` this never resets a ``dist_async`` trainer's kvstore (MXNet raises
+    "Cannot reset distributed KVStore" there)."""
+    for data in param.list_data():
+        value.copyto(data)
+
+
 def forward_backward(net, loss_fn, data_parts, label_parts, ctxs: Sequence["mx.Context"],
                      scale: float = 1.0):
     """Record forward and backward on every context; returns ``(outputs, losses)``, one entry

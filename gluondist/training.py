@@ -2,6 +2,7 @@
 launched parameter-server job, with the same call."""
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 import os
@@ -15,10 +16,11 @@ import numpy as np
 
 from . import checkpoint, kvstore as kvs, parallel
 from ._mx import mx
-from .callbacks import (Callback, CallbackList, Checkpointer, EarlyStopping, EpochLogger,
-                        Heartbeat, History, ProgressBar)
+from .callbacks import (Callback, CallbackList, Checkpointer, EpochLogger, Heartbeat,
+                        History, ProgressBar, StopAgreement)
 from .data import source
 from .evaluation import run_pass
+from .metrics import last_line as mtr_last_line
 from .objective import Tally, check_batch
 
 CLIP_KEY = "clip_global_norm"  # our key in optimizer_params: clip gradients by global norm
@@ -62,16 +64,18 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
                     kvstore, val_data, metrics, callbacks, checkpoint_dir, seed, accumulate,
                     loss_weights, class_weight)
     run = _start(plan, resume, progress, terminate_on_nan)
-    run.callbacks.on_train_begin(run)
-    for epoch in range(run.start, run.epochs):
+    run.callbacks.on_train_begin(run)  # may stop at once (a resumed run that had ended)
+    for epoch in range(run.start, run.epochs if not run.stop_training else run.start):
         run.epoch = epoch
         run.callbacks.on_epoch_begin(run, epoch)
         logs = _train_epoch(run, epoch)
         run.step.average_untrained()  # BatchNorm statistics: one value on every copy
+        if run.terminate_on_nan:
+            _check_parameters(run)
         if run.val is not None:
             logs.update({f"val_{k}": v for k, v in _evaluate(run).items()})
         run.callbacks.on_epoch_end(run, epoch, logs)
-        if _stop_agreed(run):
+        if run.stop_training:
             break
     run.callbacks.on_train_end(run)
     mx.nd.waitall()
@@ -187,7 +191,7 @@ def _callback_list(plan: _Plan, progress) -> CallbackList:
     (so it records what every other callback did this epoch)."""
     mine = plan.callbacks
     has = lambda kind: any(isinstance(cb, kind) for cb in mine)
-    before, after = [], []
+    before, after = [], [StopAgreement()]
     if not has(ProgressBar) and not has(EpochLogger):
         before.append(ProgressBar() if (progress if progress is not None else _interactive())
                       else EpochLogger())
@@ -239,11 +243,17 @@ def _evaluate(run: Run) -> dict:
     return run_pass(run.net, run.objective, run.val, run.ctxs, run.batch_size)
 
 
-def _stop_agreed(run: Run) -> bool:
-    """A stop requested on any worker stops all of them (one stopping alone would deadlock)."""
-    if run.step.agree:
-        run.stop_training = kvs.allreduce([float(run.stop_training)])[0] > 0
-    return run.stop_training
+def _check_parameters(run: Run) -> None:
+    """NaN in a Dataset's samples can hide from the loss (relu passes a NaN weight's column
+    as 0) while the weights turn NaN: check them once per epoch, before any checkpoint."""
+    bad = [name for name, p in run.net._collect_params_with_prefix().items()
+           if not math.isfinite(float(p.data(run.ctxs[0]).norm().asscalar()))]
+    if bad:
+        raise FloatingPointError(
+            f"parameter(s) {', '.join(bad[:3])} became NaN or infinite in epoch "
+            f"{run.epoch + 1}/{run.epochs}: the data likely holds NaN or infinity (only arrays "
+            "are checked before training) or the learning rate is too high; checkpoints of "
+            "earlier epochs are kept")
 
 
 def _check_finite(run: Run, pending) -> None:
@@ -309,11 +319,18 @@ def _check_optimizer(optimizer, optimizer_params):
     if optimizer.lower() not in known:
         raise ValueError(f"unknown optimizer {optimizer!r}; use one of "
                          f"{', '.join(sorted(known))}, or an mx.optimizer.Optimizer")
-    try:  # catch bad keyword arguments now, with the optimizer's own message
-        mx.optimizer.create(optimizer, **params)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"optimizer_params for {optimizer!r}: {exc}") from exc
+    try:  # bad keywords and values fail now, with the optimizer's own message
+        _dry_run(mx.optimizer.create(optimizer, **copy.deepcopy(params)))
+    except (TypeError, ValueError, AttributeError, mx.base.MXNetError) as exc:
+        raise ValueError(f"optimizer_params for {optimizer!r}: {mtr_last_line(exc)}") from exc
     return params, clip
+
+
+def _dry_run(opt) -> None:
+    """One update of a throwaway weight: the optimizer's code meets its settings."""
+    weight, grad = mx.nd.ones((2,)), mx.nd.ones((2,))
+    opt.update_multi_precision(0, weight, grad, opt.create_state_multi_precision(0, weight))
+    weight.wait_to_read()
 
 
 def _check_callbacks(callbacks) -> list:

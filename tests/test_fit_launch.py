@@ -153,6 +153,16 @@ def test_regression_metrics_of_a_job_are_exact(launch, tmp_path):
     assert h0["val_mae"][-1] == pytest.approx(exact["mae"], rel=1e-6)
 
 
+def test_batchnorm_trains_under_dist_async(launch, tmp_path):
+    # each worker's statistics are averaged over its own devices only (no sums through servers)
+    job = launch("-n", 2, "-s", 1, "--kvstore", "dist_async", SCRIPT, tmp_path, 2, 16,
+                 json.dumps({"batchnorm": True, "several": True, "lr": 0.1, "momentum": 0.0}))
+    assert job.wait(timeout=300) == 0, job.err
+    _, histories = job_results(tmp_path, 2)
+    assert all(len(h["loss"]) == 2 for h in histories)
+    assert job.leftovers() == []
+
+
 def test_batchnorm_statistics_are_equal_on_every_worker(launch, tmp_path):
     job = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 2, 16, json.dumps({"batchnorm": True}))
     assert job.wait(timeout=300) == 0, job.err

@@ -3,6 +3,7 @@ stops, non-finite values, exact metrics, checks for every kind of data, BatchNor
 import json
 import os
 import pickle
+import shutil
 
 import mxnet as mx
 import numpy as np
@@ -324,3 +325,139 @@ def test_several_fits_in_one_process(small):
     _, h = _fit(small[0], epochs=1, net=net, ctx=2)  # fine-tuning the same net
     _, h2 = _fit(small[0], epochs=1, ctx=2)  # a new one
     assert h.history["loss"][0] < h2.history["loss"][0]
+
+
+# Found by trying to break fit as a new user would (each was a defect).
+
+def test_float64_datasets_are_cast_like_arrays(small):
+    (X, y), _ = small
+    X64, y64 = X.astype(np.float64), y.astype(np.float64)
+    ref, _ = _fit((X, y))
+    for data in (mx.gluon.data.ArrayDataset(X64, y64),
+                 mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(X64, y64), batch_size=30),
+                 mx.gluon.data.SimpleDataset(list(zip(X64, y64)))):
+        net, _ = _fit(data)
+        assert param_sum(net) == pytest.approx(param_sum(ref), rel=1e-6)
+
+
+def test_sequence_accuracy_is_a_mean_per_sample():
+    rs = np.random.RandomState(0)
+    X, y = rs.rand(64, 5, 4).astype(np.float32), rs.randint(0, 3, (64, 5)).astype(np.float32)
+    net = mx.gluon.nn.Dense(3, flatten=False)
+    h = gluondist.fit(net, (X, y), val_data=(X, y), epochs=1, batch_size=16, seed=0)
+    pred = net(mx.nd.array(X)).asnumpy().argmax(axis=-1)
+    assert h.history["val_accuracy"][0] == pytest.approx((pred == y).mean(), rel=1e-6)
+
+
+def test_softmax_over_axis_1_is_accepted():
+    rs = np.random.RandomState(0)
+    X, y = rs.rand(32, 2, 4, 4).astype(np.float32), rs.randint(0, 3, (32, 4, 4))
+    net = mx.gluon.nn.Conv2D(3, 1)
+    h = gluondist.fit(net, (X, y), loss=mx.gluon.loss.SoftmaxCrossEntropyLoss(axis=1),
+                      epochs=2, batch_size=8, seed=0)
+    assert 0 <= h.history["accuracy"][-1] <= 1
+    with pytest.raises(ValueError, match="labels from 3 to 5 but the net outputs 3 classes"):
+        gluondist.fit(mx.gluon.nn.Conv2D(3, 1), (X, y + 3),
+                      loss=mx.gluon.loss.SoftmaxCrossEntropyLoss(axis=1))
+
+
+def _planted(directory, state):
+    path = directory / "ckpt-000050"
+    path.mkdir()
+    (path / "state.json").write_text(state)
+    return path
+
+
+@pytest.mark.parametrize("edit", [
+    lambda s: s.update(optimizer="sgd"), lambda s: s.update(optimizer={}),
+    lambda s: s.update(rng={}), lambda s: s.update(history={"loss": 3}),
+    lambda s: s.update(epoch=10 ** 30), lambda s: s.update(epoch=-1),
+    lambda s: s.update(seed=2 ** 40), lambda s: s.update(history={"loss": [[]] * 2}),
+    lambda s: s["optimizer"]["states"].update({"0": {"array": "nope"}}),
+])
+def test_malformed_checkpoints_are_skipped_not_crashed_on(small, tmp_path, caplog, edit):
+    _fit(small[0], epochs=1, checkpoint_dir=tmp_path)
+    state = json.loads((tmp_path / "ckpt-000000" / "state.json").read_text())
+    edit(state)
+    bad = tmp_path / "ckpt-000050"
+    shutil.copytree(tmp_path / "ckpt-000000", bad)
+    (bad / "state.json").write_text(json.dumps(state))
+    _, h = _fit(small[0], epochs=2, checkpoint_dir=tmp_path)
+    assert len(h.history["loss"]) == 2 and "skipping checkpoint" in caplog.text
+
+
+def test_fifos_deep_json_and_odd_run_files_never_hang_or_crash(small, tmp_path, caplog):
+    _fit(small[0], epochs=1, checkpoint_dir=tmp_path)
+    os.mkfifo(_planted(tmp_path, "{}") / "net.params")
+    fifo = tmp_path / "ckpt-000060"
+    fifo.mkdir()
+    os.mkfifo(fifo / "state.json")
+    _planted_deep = tmp_path / "ckpt-000070"
+    _planted_deep.mkdir()
+    (_planted_deep / "state.json").write_text("[" * 100000 + "]" * 100000)
+    (tmp_path / "run.json").write_text('{"first": Infinity}')
+    _, h = _fit(small[0], epochs=2, checkpoint_dir=tmp_path)
+    assert len(h.history["loss"]) == 2  # resumed epoch 0's checkpoint, skipping the rest
+    assert "ignoring" in caplog.text and caplog.text.count("skipping checkpoint") == 3
+    (tmp_path / "run.json").unlink()
+    (tmp_path / "run.json").mkdir()
+    with pytest.raises(ValueError, match="run.json is not a regular file; remove it"):
+        _fit(small[0], checkpoint_dir=tmp_path, resume=False)
+
+
+def test_a_run_that_stopped_early_resumes_to_where_it_ended(small, tmp_path):
+    class Feed(Callback):
+        def on_epoch_end(self, run, epoch, logs):
+            logs["val_loss"] = [3, 2, 2.5, 2.6, 2.7, 2.8][epoch]
+
+    full, hf = _fit(small[0], epochs=6, val_data=small[1],
+                    callbacks=[Feed(), EarlyStopping(patience=1)])
+    _fit(small[0], epochs=6, val_data=small[1], checkpoint_dir=tmp_path,
+         callbacks=[Feed(), EarlyStopping(patience=1)])
+    again, h = _fit(small[0], epochs=6, val_data=small[1], checkpoint_dir=tmp_path,
+                    callbacks=[Feed(), EarlyStopping(patience=1)])
+    assert len(h.history["loss"]) == len(hf.history["loss"]) == 3
+    assert param_sum(again) == param_sum(full)
+
+
+def test_nan_in_a_dataset_stops_training_at_the_end_of_the_epoch(small, tmp_path):
+    (X, y), _ = small
+    X = X.copy()
+    X[50, :] = np.nan
+    with pytest.raises(FloatingPointError, match="became NaN or infinite in epoch 1/2"):
+        _fit(mx.gluon.data.SimpleDataset(list(zip(X, y))), checkpoint_dir=tmp_path)
+    assert checkpoint.load_latest(tmp_path) is None  # no checkpoint of a broken model
+
+
+def test_adam_resumed_on_more_devices_keeps_every_copy_equal(small, tmp_path):
+    adam = dict(optimizer="adam", optimizer_params={"learning_rate": 0.01})
+    full, _ = _fit(small[0], epochs=3, **adam)
+    _fit(small[0], epochs=2, ctx=1, checkpoint_dir=tmp_path, **adam)
+    resumed, _ = _fit(small[0], epochs=3, ctx=2, checkpoint_dir=tmp_path, **adam)
+    for p in resumed.collect_params().values():
+        a, b = (d.asnumpy() for d in p.list_data())
+        assert np.array_equal(a, b), p.name
+    assert rel_diff(param_sum(full), param_sum(resumed)) <= 1e-4
+
+
+def test_a_checkpoint_of_another_optimizer_is_refused_before_training(small, tmp_path):
+    _fit(small[0], epochs=1, checkpoint_dir=tmp_path)
+    net = mlp()
+    with pytest.raises(ValueError, match="state of a SGD optimizer, not Adam.*resume=False"):
+        _fit(small[0], net=net, checkpoint_dir=tmp_path, optimizer="adam",
+             optimizer_params={"learning_rate": 0.01})
+
+
+def test_metric_names_and_hints(small):
+    _, h = _fit(small[0], epochs=1, val_data=small[1],
+                metrics=[mx.metric.Accuracy(name="myacc")],
+                callbacks=[EarlyStopping("val_myacc")])
+    assert "val_myacc" in h.history
+    with pytest.raises(ValueError, match="monitors 'val_acc' but the run records") as info:
+        _fit(small[0], val_data=small[1], callbacks=[EarlyStopping("val_acc")])
+    assert "pass val_data" not in str(info.value)
+    with pytest.raises(ValueError, match=r"unknown metric 'top_k_accuracy' \(Please use "
+                                         r"Accuracy if top_k is no more than 1\)"):
+        _fit(small[0], metrics=["top_k_accuracy"])
+    with pytest.raises(ValueError, match="optimizer_params for 'sgd'"):
+        _fit(small[0], optimizer_params={"learning_rate": "fast"})
