@@ -195,7 +195,9 @@ class Prefetcher:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join()
+        # A thread blocked in a slow source sees the flag at its next item; it is a daemon, so
+        # waiting a moment is enough (an error in training must not wait for the data).
+        self._thread.join(timeout=1.0)
 
 
 def _array_dataset_labels(dataset) -> Optional[List[np.ndarray]]:

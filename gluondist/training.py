@@ -20,7 +20,7 @@ from .callbacks import (Callback, CallbackList, Checkpointer, EpochLogger, Heart
                         History, ProgressBar, StopAgreement)
 from .data import source
 from .evaluation import run_pass
-from .metrics import last_line as mtr_last_line
+from .metrics import last_line
 from .objective import Tally, check_batch
 
 CLIP_KEY = "clip_global_norm"  # our key in optimizer_params: clip gradients by global norm
@@ -322,7 +322,7 @@ def _check_optimizer(optimizer, optimizer_params):
     try:  # bad keywords and values fail now, with the optimizer's own message
         _dry_run(mx.optimizer.create(optimizer, **copy.deepcopy(params)))
     except (TypeError, ValueError, AttributeError, mx.base.MXNetError) as exc:
-        raise ValueError(f"optimizer_params for {optimizer!r}: {mtr_last_line(exc)}") from exc
+        raise ValueError(f"optimizer_params for {optimizer!r}: {last_line(exc)}") from exc
     return params, clip
 
 
