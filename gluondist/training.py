@@ -210,25 +210,26 @@ def _train_epoch(run: Run, epoch: int) -> dict:
     run.sampler.set_epoch(epoch)
     # Re-seed per epoch (rank apart) so dropout and friends replay alike after a resume.
     mx.random.seed((run.seed * 1000003 + epoch * 9973 + run.rank) % (2 ** 31))
-    tally, pending, samples = Tally(run.objective), None, 0
+    tally, samples = Tally(run.objective), 0
+    # A worker of a job checks each batch before its push, so no other worker ever receives
+    # the NaN; one process reads the losses of several batches at once, without stalling.
+    watch = _NanWatch(run, every=1 if run.step.distributed else 8) \
+        if run.terminate_on_nan else None
     hooks = run.callbacks.batch_hooks
     for batch, (n, global_count, data, targets) in enumerate(run.train.epoch(run.sampler,
                                                                             run.ctxs)):
         outputs, losses = parallel.forward_backward(run.net, run.objective, data, targets,
                                                     run.ctxs, run.step.loss_scale(n))
         batch_sums = tally.add(outputs, targets, losses) if n else []
-        if run.terminate_on_nan:
-            if run.step.distributed:  # before the push: no other worker ever sees the NaN
-                _check_finite(run, (batch, batch_sums))
-            else:  # one batch late, so that the device never waits for Python
-                _check_finite(run, pending)
-                pending = (batch, batch_sums)
+        if watch is not None:
+            watch.add(batch, batch_sums)
         run.step(global_count)
         samples += global_count
         if hooks:
             run.callbacks.on_batch_end(run, batch, _BatchLogs(batch, n, batch_sums))
+    if watch is not None:
+        watch.check()
     run.step.flush()  # a last, partial accumulation
-    _check_finite(run, pending)
     logs = tally.logs(kvs.allreduce if run.step.agree else None)
     seconds = time.perf_counter() - started
     logs.update(epoch_seconds=seconds, samples_per_s=samples / seconds)
@@ -256,19 +257,38 @@ def _check_parameters(run: Run) -> None:
             "earlier epochs are kept")
 
 
-def _check_finite(run: Run, pending) -> None:
-    if pending is None:
-        return
-    batch, batch_sums = pending
-    value = sum(s.asscalar() for _, s in batch_sums)
-    if math.isfinite(value):
-        return
-    where = f" on worker {run.rank}" if run.num_workers > 1 else ""
-    raise FloatingPointError(
-        f"training loss is {value} in epoch {run.epoch + 1}/{run.epochs}, batch "
-        f"{batch + 1}/{run.steps}{where}: training stopped (checkpoints of earlier epochs are "
-        "kept); look for extreme values in the data or lower the learning rate, or pass "
-        "terminate_on_nan=False to train on")
+class _NanWatch:
+    """Finds the first batch whose training loss is NaN or infinite, reading the loss sums of
+    ``every`` batches with one host sync per device."""
+
+    def __init__(self, run: Run, every: int):
+        self.run, self.every, self.pending = run, every, []
+
+    def add(self, batch: int, batch_sums) -> None:
+        self.pending.append((batch, batch_sums))
+        if len(self.pending) >= self.every:
+            self.check()
+
+    def check(self) -> None:
+        totals = np.zeros(len(self.pending))
+        by_context = {}
+        for k, (_, sums) in enumerate(self.pending):
+            for i, value in sums:
+                by_context.setdefault(i, []).append((k, value))
+        for items in by_context.values():
+            values = mx.nd.concat(*[v.reshape((1,)) for _, v in items], dim=0).asnumpy()
+            for (k, _), value in zip(items, values):
+                totals[k] += value
+        batches = [batch for batch, _ in self.pending]
+        self.pending = []
+        bad = np.flatnonzero(~np.isfinite(totals))
+        if bad.size:
+            run, where = self.run, f" on worker {self.run.rank}" if self.run.num_workers > 1 else ""
+            raise FloatingPointError(
+                f"training loss is {totals[bad[0]]} in epoch {run.epoch + 1}/{run.epochs}, batch "
+                f"{batches[bad[0]] + 1}/{run.steps}{where}: training stopped (checkpoints of "
+                "earlier epochs are kept); look for extreme values in the data or lower the "
+                "learning rate, or pass terminate_on_nan=False to train on")
 
 
 class _BatchLogs(Mapping):
