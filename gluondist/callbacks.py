@@ -357,6 +357,14 @@ class SaveBest(_Monitor, Callback):
         _Monitor.__init__(self, monitor, mode, min_delta, type(self).__name__)
         self.path = str(path)
 
+    def check(self, keys: Sequence[str]) -> None:
+        super().check(keys)
+        folder = os.path.dirname(os.path.abspath(self.path))
+        if os.path.isdir(self.path) or not os.path.isdir(folder) or \
+                not os.access(folder, os.W_OK | os.X_OK):
+            raise ValueError(f"SaveBest cannot write {self.path}: give a file path in an "
+                             "existing, writable directory")
+
     def on_epoch_end(self, run, epoch, logs):
         if self.improved(logs) and run.rank == 0:
             tmp = f"{self.path}.{os.getpid()}.tmp"

@@ -256,25 +256,31 @@ def _arrays(part, name: str) -> List[np.ndarray]:
     return [_as_numpy(part, name)]
 
 
-def _class_weights(class_weight, labels: np.ndarray, name: str) -> np.ndarray:
-    missing = sorted(set(int(v) for v in np.unique(labels)) - set(class_weight))
-    if missing:
-        raise ValueError(f"class_weight has no weight for label(s) {missing[:5]} of {name}; "
-                         "give one for every class")
-    return np.array([class_weight[int(v)] for v in labels.ravel()], dtype=np.float32)
-
-
-def _table(class_weight) -> Optional[np.ndarray]:
+def class_weight_table(class_weight) -> Optional[np.ndarray]:
+    """The weights of classes 0..K-1 as an array; as Keras, the keys must be exactly 0..K-1."""
     if class_weight is None:
         return None
-    if not isinstance(class_weight, dict) or not all(
-            isinstance(k, (int, np.integer)) and k >= 0 for k in class_weight):
-        raise ValueError("class_weight must be a dict {class index: weight}, such as {0: 1.0, "
-                         "1: 5.0}")
-    table = np.ones(max(class_weight) + 1, dtype=np.float32)
-    for k, v in class_weight.items():
-        table[k] = v
-    return table
+    keys = sorted(class_weight) if isinstance(class_weight, dict) else None
+    if keys is None or not all(isinstance(k, (int, np.integer)) and not isinstance(k, bool)
+                               for k in keys) or keys != list(range(len(keys))):
+        raise ValueError("class_weight must be a dict from every class index 0..K-1 to its "
+                         "weight, such as {0: 1.0, 1: 5.0}")
+    values = [class_weight[k] for k in keys]
+    if not all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool) and
+               np.isfinite(v) and v >= 0 for v in values):
+        raise ValueError(f"class_weight values must be non-negative numbers, not {values}")
+    return np.array(values, dtype=np.float32)
+
+
+def _class_weights(table: np.ndarray, labels: np.ndarray, name: str) -> np.ndarray:
+    if labels.ndim != 1:
+        raise ValueError("class_weight needs class-index labels (one per sample) for the first "
+                         "output; give sample weights instead")
+    bad = (labels != np.round(labels)) | (labels < 0) | (labels >= len(table))
+    if bad.any():
+        raise ValueError(f"class_weight covers classes 0..{len(table) - 1} but {name} has "
+                         f"the label {labels[bad][0]:g}; give a weight for every class")
+    return table[labels.astype(np.int64)]
 
 
 def source(data, name: str, class_weight=None, labelled: bool = True):
@@ -304,12 +310,16 @@ def source(data, name: str, class_weight=None, labelled: bool = True):
         if weight is not None and (weight.ndim != 1 or (weight < 0).any()):
             raise ValueError(f"{name}[2] (sample_weight) must be one non-negative number per "
                              "sample")
-        if class_weight is not None:
-            by_class = _class_weights(class_weight, labels[0], name)
+        table = class_weight_table(class_weight)
+        if table is not None:
+            by_class = _class_weights(table, labels[0], name)
             weight = by_class if weight is None else weight * by_class
+        if weight is not None and not weight.sum() > 0:
+            raise ValueError(f"{name}: every sample weighs 0; nothing would be learned")
         return ArraySource(inputs, labels, weight, _several(data[0])), None
     if isinstance(data, mx.gluon.data.DataLoader):
         sampler = data._batch_sampler
+        _check_sampler(sampler, len(data._dataset), name)
         last_batch = getattr(sampler, "_last_batch", "keep")
         if last_batch not in ("keep", "discard"):
             raise ValueError(f"{name}: DataLoader(last_batch={last_batch!r}) carries samples "
@@ -326,9 +336,24 @@ def source(data, name: str, class_weight=None, labelled: bool = True):
                      f"DataLoader, not {type(data).__name__}")
 
 
+def _check_sampler(batch_sampler, length: int, name: str) -> None:
+    """fit makes every worker's batches itself, from the whole dataset: refuse a DataLoader
+    whose sampler means something fit would silently drop (a subset, a custom batching)."""
+    if not isinstance(batch_sampler, mx.gluon.data.BatchSampler):
+        raise ValueError(f"{name}: fit makes the batches itself (the same on every worker) and "
+                         f"cannot follow a custom batch_sampler ({type(batch_sampler).__name__});"
+                         " give the DataLoader a batch_size instead")
+    inner = batch_sampler._sampler
+    if len(inner) != length or not isinstance(
+            inner, (mx.gluon.data.RandomSampler, mx.gluon.data.SequentialSampler)):
+        raise ValueError(f"{name}: the DataLoader's sampler ({type(inner).__name__}) picks "
+                         f"{len(inner)} of the dataset's {length} samples, but fit reads all of "
+                         "them in its own order; pass a dataset of just the samples to use")
+
+
 def _dataset_source(dataset, name, batchify_fn, options, last_batch, class_weight, labelled):
     if len(dataset) == 0:
         raise ValueError(f"{name} is empty")
     _check_dataset_arrays(dataset, name)
-    return DatasetSource(dataset, batchify_fn, options, last_batch, _table(class_weight),
-                         labelled)
+    return DatasetSource(dataset, batchify_fn, options, last_batch,
+                         class_weight_table(class_weight), labelled)

@@ -15,7 +15,8 @@ def run_pass(net, objective: Objective, src, ctxs, batch_size: int, rank: int = 
     """Loss and metrics over all of ``src`` (worker ``rank`` taking its share of each batch
     when ``allreduce`` sums the figures over ``workers``), without recording gradients."""
     tally = Tally(objective)
-    sampler = kvs.ShardedBatchSampler(len(src), batch_size, workers, rank, shuffle=False)
+    sampler = kvs.ShardedBatchSampler(len(src), batch_size, workers, rank, shuffle=False,
+                                      last_batch=src.last_batch)
     for count, _, data_parts, target_parts in src.epoch(sampler, ctxs):
         if count == 0:
             continue
@@ -26,7 +27,7 @@ def run_pass(net, objective: Objective, src, ctxs, batch_size: int, rank: int = 
     return tally.logs(allreduce)
 
 
-def evaluate(net, data, loss=None, metrics="accuracy", batch_size=None, ctx=None,
+def evaluate(net, data, loss=None, metrics="auto", batch_size=None, ctx=None,
              loss_weights=None) -> dict:
     """The loss and each metric of a trained ``net`` on ``data`` (any kind fit takes), with the
     History's keys without ``val_``: computed exactly as fit's validation, so evaluating right

@@ -24,11 +24,19 @@ class Objective:
             raise ValueError(f"the net has {outputs} output(s) but loss= gives {len(losses)} "
                              "loss(es); give one per output, or one for all")
         self.losses = [fn or mx.gluon.loss.SoftmaxCrossEntropyLoss() for fn in losses]
-        weights = [1.0] * outputs if loss_weights is None else list(loss_weights)
-        if len(weights) != outputs or not all(isinstance(w, (int, float)) for w in weights):
+        try:
+            weights = [1.0] * outputs if loss_weights is None else \
+                [float(w) for w in loss_weights]
+        except (TypeError, ValueError) as exc:
             raise ValueError(f"loss_weights must be {outputs} number(s), one per output, not "
-                             f"{loss_weights!r}")
+                             f"{loss_weights!r}") from exc
+        if len(weights) != outputs:
+            raise ValueError(f"loss_weights has {len(weights)} number(s) for {outputs} "
+                             "output(s); give one per output")
         self.loss_weights = weights
+        if metrics == "auto":  # accuracy where the loss says the output is a classifier
+            metrics = {i: "accuracy" for i, fn in enumerate(self.losses)
+                       if isinstance(fn, mx.gluon.loss.SoftmaxCrossEntropyLoss)}
         self.metrics = _per_output(metrics, outputs)
         for i, ms in enumerate(self.metrics):
             for m in ms:
@@ -40,7 +48,7 @@ class Objective:
 
     def __call__(self, out, target):
         labels, weight = target
-        outs = out if self.several else (out,)
+        outs = outputs_of(out)
         per = [fn(o, y) for fn, o, y in zip(self.losses, outs, labels)]
         if weight is not None:
             per = [mx.nd.broadcast_mul(p, weight.reshape((-1,) + (1,) * (p.ndim - 1)))
@@ -98,9 +106,8 @@ class Tally:
                 self.count += total.shape[0]
             else:
                 self.weight.add(i, weight.sum())
-        several = self.objective.several
         for j, ms in enumerate(self.objective.metrics):
-            outs = [None if o is None else (o[j] if several else o) for o in outputs]
+            outs = [None if o is None else outputs_of(o)[j] for o in outputs]
             labels = [None if t is None else t[0][j] for t in targets]
             weights = [None if t is None else t[1] for t in targets]
             for m in ms:
@@ -116,13 +123,18 @@ class Tally:
         return mtr.reduce(pairs, flat_metrics, allreduce)
 
 
+def outputs_of(out) -> tuple:
+    """A net's outputs as a tuple: one NDArray, or a tuple or list of them (even of one)."""
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
 def forward(net, data):
     """``net`` on one context's inputs (a tuple for several inputs)."""
     return net(*data) if isinstance(data, tuple) else net(data)
 
 
 def check_batch(net, objective: Optional[Objective], src, name: str, ctx, batch_size: int,
-                loss=None, loss_weights=None, metrics=None) -> Objective:
+                loss=None, loss_weights=None, metrics=None, class_weight=None) -> Objective:
     """Run the net, the loss and the metrics on the first batch of ``src``: wrong shapes,
     labels out of range and metrics that cannot handle the data fail now, each with its own
     reason. Builds the Objective (from ``loss``, ``loss_weights``, ``metrics``) when None."""
@@ -146,8 +158,13 @@ def check_batch(net, objective: Optional[Objective], src, name: str, ctx, batch_
         arrays = src.label_arrays[j] if src.label_arrays is not None else None
         where = f"{name} (output {j})" if objective.several else name
         _check_labels(fn, o, y, arrays, where)
+    if class_weight is not None:
+        _check_class_weight(objective, outs[0], labels[0], class_weight)
+    if weight is not None and not (weight >= 0).min().asscalar():
+        raise ValueError(f"{name} has negative sample weights (in its first batch); weights "
+                         "must be non-negative")
     try:
-        result = objective(out if objective.several else outs[0], (labels, weight))
+        result = objective(out, (labels, weight))
         (result[0] if isinstance(result, tuple) else result).wait_to_read()
     except Exception as exc:
         raise ValueError(f"loss cannot be computed on a batch of {name} (outputs of shape "
@@ -156,6 +173,18 @@ def check_batch(net, objective: Optional[Objective], src, name: str, ctx, batch_
     for j, ms in enumerate(objective.metrics):
         mtr.check(ms, [labels[j]], [outs[j]], f"a batch of {name}")
     return objective
+
+
+def _check_class_weight(objective: Objective, out, label, class_weight) -> None:
+    loss = objective.losses[0]
+    if not isinstance(loss, mx.gluon.loss.SoftmaxCrossEntropyLoss) or \
+            not getattr(loss, "_sparse_label", True):
+        raise ValueError("class_weight needs class-index labels for the first output (softmax "
+                         "cross-entropy with sparse labels); give sample weights instead")
+    classes = out.shape[getattr(loss, "_axis", -1) % out.ndim]
+    if len(class_weight) != classes:
+        raise ValueError(f"class_weight has {len(class_weight)} classes but the net outputs "
+                         f"{classes}; give a weight for each class 0..{classes - 1}")
 
 
 def _check_labels(loss, out, label, all_labels, name) -> None:

@@ -35,7 +35,7 @@ class Run:
 
 
 def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epochs=1,
-        batch_size=None, ctx=None, kvstore="auto", val_data=None, metrics="accuracy",
+        batch_size=None, ctx=None, kvstore="auto", val_data=None, metrics="auto",
         callbacks: Optional[Sequence[Callback]] = None, checkpoint_dir=None, resume=True,
         progress=None, seed=None, terminate_on_nan=True, accumulate=1, loss_weights=None,
         class_weight=None) -> History:
@@ -46,7 +46,8 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
     DataLoader's, else 32); it is split across the devices ``ctx`` (see
     :func:`gluondist.parallel.contexts`). Under ``gluondist launch`` each of N workers takes its
     slice of every global batch of ``batch_size * N``, so the job computes what one process with
-    that batch would. ``loss=None`` is softmax cross-entropy. ``optimizer_params`` goes to the
+    that batch would. ``loss=None`` is softmax cross-entropy; ``metrics='auto'`` is accuracy for
+    outputs trained with it, none for others. ``optimizer_params`` goes to the
     optimizer, plus ``clip_global_norm`` (clip the mean gradient to this 2-norm).
 
     ``checkpoint_dir``: after each epoch worker 0 writes a checkpoint (see
@@ -96,7 +97,8 @@ def _prepare(net, train_data, loss, optimizer, optimizer_params, epochs, batch_s
     ctxs = parallel.contexts(ctx)
     kind = kvs.resolve_kind(kvstore, len(ctxs))
     train, loader_batch = source(train_data, "train_data", class_weight)
-    val = source(val_data, "val_data", class_weight)[0] if val_data is not None else None
+    val = source(val_data, "val_data")[0] if val_data is not None else None  # as Keras: no
+    # class_weight there, so that evaluate() gives the same figures
     workers = kvs.num_workers() if kind in kvs.DIST_KINDS else 1
     if batch_size is None:  # Keras' default, but never more than each worker's share
         batch_size = loader_batch or max(1, min(32, len(train) // workers))
@@ -114,7 +116,7 @@ def _prepare(net, train_data, loss, optimizer, optimizer_params, epochs, batch_s
         mx.random.seed(int(seed))
     parallel.initialize(net, ctxs)
     objective = check_batch(net, None, train, "train_data", ctxs[0], batch_size, loss,
-                            loss_weights, metrics)
+                            loss_weights, metrics, class_weight)
     if val is not None:
         check_batch(net, objective, val, "val_data", ctxs[0], batch_size)
     keys = objective.keys()

@@ -214,7 +214,8 @@ def test_class_weight_is_a_weight_per_label(small):
     by_class, hc = _fit((X, y), class_weight={k: 2.0 if k == 3 else 1.0 for k in range(10)})
     by_sample, hs = _fit((X, y, np.where(y == 3, 2.0, 1.0)))
     assert param_sum(by_class) == param_sum(by_sample)
-    with pytest.raises(ValueError, match=r"class_weight has no weight for label\(s\) \[9\]"):
+    with pytest.raises(ValueError, match=r"class_weight covers classes 0..8 but train_data has "
+                                         r"the label 9"):
         _fit((X, y), class_weight={k: 1.0 for k in range(9)})
 
 
@@ -225,3 +226,108 @@ def test_speed_is_in_the_history_and_the_log_line(small, caplog):
     for seconds, speed in zip(h.history["epoch_seconds"], h.history["samples_per_s"]):
         assert speed == pytest.approx(400 / seconds, rel=1e-9)
     assert "samples/s" in caplog.text and "epoch 2/2" in caplog.text
+
+
+
+# Found by trying to break fit as a new user would (each was a defect).
+
+def _three(n=90):
+    rs = np.random.RandomState(0)
+    return rs.rand(n, 6).astype(np.float32), rs.randint(0, 3, n).astype(np.float32)
+
+
+def _net3():
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Dense(8, activation="relu"), mx.gluon.nn.Dense(3))
+    return net
+
+
+@pytest.mark.parametrize("weights,message", [
+    ({0: 1.0, 1: 5.0}, "class_weight (has 2 classes but the net outputs 3|covers classes 0..1 "
+                       "but train_data has the label 2)"),
+    ({0: 1.0, 2: 3.0}, "every class index 0..K-1"),
+    ([1.0, 2.0, 3.0], "must be a dict"),
+    ({0: 1.0, 1: "a", 2: 1.0}, "non-negative numbers"),
+    ({0: 1.0, 1: -1.0, 2: 1.0}, "non-negative numbers"),
+    ({0: 1.0, 1: float("nan"), 2: 1.0}, "non-negative numbers"),
+])
+@pytest.mark.parametrize("kind", ["arrays", "dataset"])
+def test_class_weight_is_checked_alike_for_every_kind_of_data(weights, message, kind):
+    X, y = _three()
+    data = (X, y) if kind == "arrays" else mx.gluon.data.SimpleDataset(list(zip(X, y)))
+    with pytest.raises(ValueError, match=message):
+        gluondist.fit(_net3(), data, class_weight=weights)
+
+
+def test_class_weight_needs_class_labels_and_leaves_validation_alone():
+    X, y = _three()
+    onehot = np.eye(3, dtype=np.float32)[y.astype(int)]
+    with pytest.raises(ValueError, match="class_weight needs class-index labels"):
+        gluondist.fit(_net3(), (X, onehot), class_weight={0: 1.0, 1: 1.0, 2: 10.0},
+                      loss=mx.gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=False))
+    net = _net3()
+    h = gluondist.fit(net, (X, y), val_data=(X, y), class_weight={0: 1.0, 1: 3.0, 2: 0.5},
+                      epochs=2, batch_size=16, seed=0)
+    figures = gluondist.evaluate(net, (X, y))
+    assert figures["loss"] == pytest.approx(h.history["val_loss"][-1], rel=1e-6)
+
+
+def test_negative_or_all_zero_sample_weights_are_refused():
+    X, y = _three()
+    with pytest.raises(ValueError, match="negative sample weights"):
+        gluondist.fit(_net3(), mx.gluon.data.SimpleDataset(
+            list(zip(X, y, -np.ones(len(X), dtype=np.float32)))))
+    with pytest.raises(ValueError, match="every sample weighs 0"):
+        gluondist.fit(_net3(), (X, y, np.zeros(len(X))))
+
+
+def test_a_net_returning_a_one_tuple_trains():
+    class OneTuple(mx.gluon.HybridBlock):
+        def __init__(self):
+            super().__init__()
+            self.dense = mx.gluon.nn.Dense(3)
+
+        def hybrid_forward(self, F, x):
+            return (self.dense(x),)
+
+    X, y = _three()
+    net = OneTuple()
+    h = gluondist.fit(net, (X, y), val_data=(X, y), epochs=2, batch_size=16, seed=0)
+    assert gluondist.evaluate(net, (X, y))["accuracy"] == \
+        pytest.approx(h.history["val_accuracy"][-1], rel=1e-6)
+
+
+def test_metrics_auto_is_accuracy_for_classifiers_only():
+    X, y = _two_by_two()
+    h = gluondist.fit(TwoByTwo(), (X, y), loss=[mx.gluon.loss.SoftmaxCrossEntropyLoss(),
+                                                mx.gluon.loss.L2Loss()], epochs=1)
+    assert set(curves(h.history)) == {"loss", "out0_loss", "out1_loss", "out0_accuracy"}
+    h = gluondist.fit(mx.gluon.nn.Dense(1), (X[0], y[1]), loss=mx.gluon.loss.L2Loss(), epochs=1)
+    assert set(curves(h.history)) == {"loss"}
+
+
+def test_an_unusable_save_best_path_fails_before_training(small, tmp_path):
+    for path in (tmp_path / "missing" / "best.params", tmp_path):
+        with pytest.raises(ValueError, match="SaveBest cannot write"):
+            _fit(small[0], val_data=small[1], callbacks=[SaveBest(path)], epochs=1)
+
+
+def test_a_dataloaders_sampler_is_never_silently_dropped(small):
+    (X, y), _ = small
+    dataset = mx.gluon.data.ArrayDataset(X, y)
+    subset = mx.gluon.data.DataLoader(dataset, batch_size=10,
+                                      sampler=mx.gluon.data.SequentialSampler(50))
+    with pytest.raises(ValueError, match="picks 50 of the dataset's 400 samples"):
+        _fit(subset)
+    custom = mx.gluon.data.DataLoader(dataset, batch_sampler=[[0, 1], [2, 3]])
+    with pytest.raises(ValueError, match="cannot follow a custom batch_sampler"):
+        _fit(custom)
+
+
+def test_a_validation_loader_keeps_last_batch_discard(small):
+    (X, y), (Xv, yv) = small
+    val = mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(Xv[:70], yv[:70]), batch_size=32,
+                                   last_batch="discard")
+    net, h = _fit((X, y), val_data=val, batch_size=32)
+    first_64 = gluondist.evaluate(net, (Xv[:64], yv[:64]))
+    assert h.history["val_loss"][-1] == pytest.approx(first_64["loss"], rel=1e-6)
