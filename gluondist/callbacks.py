@@ -117,14 +117,23 @@ class CallbackList:
                 cb.load_state_arrays(mine)
 
 
-SPEED_KEYS = ("epoch_seconds", "samples_per_s")  # in the History, not learning curves
+SPLIT_KEYS = ("data_seconds", "compute_seconds", "sync_seconds")
+# In the History, but not learning curves: History.plot and the epoch line leave them out.
+SPEED_KEYS = ("epoch_seconds", "samples_per_s", *SPLIT_KEYS,
+              *(f"slowest_{k}" for k in SPLIT_KEYS), "slowest_worker")
 
 
-def format_logs(logs: Dict[str, float]) -> str:
-    """``loss=0.1234  accuracy=0.9500  ...  3.2s 1234 samples/s`` for one epoch's logs."""
+def format_logs(logs: Dict[str, float], split: bool = False) -> str:
+    """``loss=0.1234  accuracy=0.9500  ...  3.2s 1234 samples/s`` for one epoch's logs; with
+    ``split``, also ``(data 0.1s, compute 2.9s, sync 0.2s)``."""
     text = "  ".join(f"{k}={v:.4f}" for k, v in logs.items() if k not in SPEED_KEYS)
     if "epoch_seconds" in logs:
         text += f"  {logs['epoch_seconds']:.2f}s {logs['samples_per_s']:.0f} samples/s"
+    if split and "data_seconds" in logs:
+        text += " (" + ", ".join(f"{k.split('_')[0]} {logs[k]:.2f}s" for k in SPLIT_KEYS) + ")"
+        if "slowest_worker" in logs:
+            text += (f" slowest worker {int(logs['slowest_worker'])}: " + ", ".join(
+                f"{k.split('_')[0]} {logs['slowest_' + k]:.2f}s" for k in SPLIT_KEYS))
     return text
 
 
@@ -193,11 +202,15 @@ class ProgressBar(Callback):
 
 class EpochLogger(Callback):
     """One ``logging`` line per epoch from worker 0 (``logging.basicConfig(level=INFO)`` shows
-    it; a launched worker shows it by default)."""
+    it; a launched worker shows it by default). ``time_split=True`` adds where the epoch's
+    time went (waiting for data, computing, waiting for the kvstore)."""
+
+    def __init__(self, time_split: bool = False):
+        self.time_split = time_split
 
     def on_epoch_end(self, run, epoch, logs):
         if run.rank == 0:
-            log.info("epoch %d/%d: %s", epoch + 1, run.epochs, format_logs(logs))
+            log.info("epoch %d/%d: %s", epoch + 1, run.epochs, format_logs(logs, self.time_split))
 
 
 class Checkpointer(Callback):

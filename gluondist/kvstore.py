@@ -348,37 +348,44 @@ class TrainStep:
             return 0.0
         return self.batch_size / local_count if self.async_mode else 1.0
 
-    def __call__(self, global_count: int) -> None:
+    def __call__(self, global_count: int, clock=None) -> None:
         """After backward of one batch: update now, or (``accumulate=k``) every k-th batch
-        with the sum of the k batches' gradients, as one batch of all their samples."""
+        with the sum of the k batches' gradients, as one batch of all their samples. A
+        ``clock`` (see :mod:`gluondist.timing`) gets the push/pull and update phases."""
         self._pending += global_count
         self._batches += 1
         if self._batches == self.accumulate:
-            self.flush()
+            self.flush(clock)
 
-    def flush(self) -> None:
+    def flush(self, clock=None) -> None:
         """Apply what has accumulated (fit calls it at the end of every epoch)."""
         if self._batches == 0:
             return
-        self._update(self._pending)
+        self._update(self._pending, clock)
         self._pending = self._batches = 0
         if self.accumulate > 1:
             for p in self.trainer._params:
                 if p.grad_req != "null":
                     p.zero_grad()
 
-    def _update(self, global_count: int) -> None:
+    def _update(self, global_count: int, clock=None) -> None:
         trainer = self.trainer
-        count = self.batch_size * self.accumulate if self.async_mode else global_count
-        if self.clip is None:
+        if self.async_mode:  # the servers update: push and pull are the whole step
+            count = self.batch_size * self.accumulate  # the scale fixed on the servers
+            if self.clip is not None:  # clip this worker's own gradient before it goes
+                _clip_local(trainer, self.ctxs, self.clip * count)
             trainer.step(count)
-        elif self.async_mode:  # the servers update: clip this worker's gradient before it goes
-            _clip_local(trainer, self.ctxs, self.clip * count)
-            trainer.step(count)
-        else:
-            trainer.allreduce_grads()
-            parallel.clip_global_norm(trainer, self.ctxs, self.clip * count)  # grads are sums
-            trainer.update(count)
+            if clock is not None:
+                clock.lap("sync")
+            return
+        trainer.allreduce_grads()  # a no-op without a kvstore
+        if clock is not None:
+            clock.lap("sync")
+        if self.clip is not None:
+            parallel.clip_global_norm(trainer, self.ctxs, self.clip * global_count)  # sums
+        trainer.update(global_count)
+        if clock is not None:
+            clock.lap("compute")
 
     def average_untrained(self) -> None:
         """Make every copy of each parameter that gradients do not train (BatchNorm's running

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from . import checkpoint, kvstore as kvs, parallel
+from . import checkpoint, kvstore as kvs, parallel, timing
 from ._mx import mx
 from .callbacks import (Callback, CallbackList, Checkpointer, EpochLogger, Heartbeat,
                         History, ProgressBar, StopAgreement)
@@ -217,24 +217,31 @@ def _train_epoch(run: Run, epoch: int) -> dict:
     # the NaN; one process reads the losses of several batches at once, without stalling.
     watch = _NanWatch(run, every=1 if run.step.distributed else 8) \
         if run.terminate_on_nan else None
-    hooks = run.callbacks.batch_hooks
-    for batch, (n, global_count, data, targets) in enumerate(run.train.epoch(run.sampler,
-                                                                            run.ctxs)):
+    hooks, clock = run.callbacks.batch_hooks, timing.EpochClock(run.steps)
+    batches = clock.waiting(run.train.epoch(run.sampler, run.ctxs))
+    for batch, (n, global_count, data, targets) in enumerate(batches):
+        timed = clock.sample(batch)
         outputs, losses = parallel.forward_backward(run.net, run.objective, data, targets,
                                                     run.ctxs, run.step.loss_scale(n))
         batch_sums = tally.add(outputs, targets, losses) if n else []
         if watch is not None:
             watch.add(batch, batch_sums)
-        run.step(global_count)
+        if timed is not None:
+            timed.lap("compute")
+        run.step(global_count, timed)
         samples += global_count
         if hooks:
             run.callbacks.on_batch_end(run, batch, _BatchLogs(batch, n, batch_sums))
     if watch is not None:
         watch.check()
     run.step.flush()  # a last, partial accumulation
-    logs = tally.logs(kvs.allreduce if run.step.agree else None)
     seconds = time.perf_counter() - started
+    logs = tally.logs(kvs.allreduce if run.step.agree else None)
     logs.update(epoch_seconds=seconds, samples_per_s=samples / seconds)
+    split = clock.split(seconds)
+    if run.step.agree and run.num_workers > 1:
+        split = timing.over_workers(split, run.rank, run.num_workers, kvs.allreduce)
+    logs.update(split)
     return logs
 
 

@@ -146,7 +146,9 @@ def rel_diff(a, b):
     return abs(a - b) / max(abs(a), abs(b), 1e-12)
 
 
-SPEED = ("epoch_seconds", "samples_per_s")
+SPEED = ("epoch_seconds", "samples_per_s", "data_seconds", "compute_seconds", "sync_seconds",
+         "slowest_data_seconds", "slowest_compute_seconds", "slowest_sync_seconds",
+         "slowest_worker")
 
 
 def curves(history):

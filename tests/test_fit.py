@@ -166,7 +166,8 @@ def test_callback_hooks_run_in_order(small):
     rec = Recorder()
     gluondist.fit(mlp(), (X[:90], y[:90]), epochs=2, batch_size=40, callbacks=[rec])
     batches = ["batch 0 40", "batch 1 40", "batch 2 10"]
-    keys = "['accuracy', 'epoch_seconds', 'loss', 'samples_per_s']"
+    keys = ("['accuracy', 'compute_seconds', 'data_seconds', 'epoch_seconds', 'loss', "
+            "'samples_per_s', 'sync_seconds']")
     assert rec.events == ["begin", "epoch 0", *batches, f"end 0 {keys}",
                           "epoch 1", *batches, f"end 1 {keys}", "done"]
 

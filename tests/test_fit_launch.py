@@ -182,3 +182,16 @@ def test_two_workers_accumulating_2_batches_of_16_compute_one_process_of_64(laun
     ref, ref_history = one_process(3, 64, {"clip": 0.3, "schedule": True})
     assert rel_diff(total(ref), total(p0)) <= 1e-4
     assert np.allclose(h0["loss"], ref_history["loss"], rtol=1e-4)
+
+
+def test_a_jobs_time_split_has_the_mean_and_the_slowest_worker(launch, tmp_path):
+    job = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 2, 16, json.dumps({}))
+    assert job.wait(timeout=300) == 0, job.err
+    histories = [json.loads((tmp_path / f"history.{r}.json").read_text()) for r in range(2)]
+    split = ("data_seconds", "compute_seconds", "sync_seconds")
+    for key in (*split, *(f"slowest_{k}" for k in split), "slowest_worker"):
+        assert histories[0][key] == histories[1][key], key  # every worker reports the same
+    h = histories[0]
+    mean_epoch = (histories[0]["epoch_seconds"][-1] + histories[1]["epoch_seconds"][-1]) / 2
+    assert sum(h[k][-1] for k in split) == pytest.approx(mean_epoch, rel=0.25)
+    assert h["sync_seconds"][-1] > 0 and h["slowest_worker"][-1] in (0.0, 1.0)

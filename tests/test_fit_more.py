@@ -331,3 +331,31 @@ def test_a_validation_loader_keeps_last_batch_discard(small):
     net, h = _fit((X, y), val_data=val, batch_size=32)
     first_64 = gluondist.evaluate(net, (Xv[:64], yv[:64]))
     assert h.history["val_loss"][-1] == pytest.approx(first_64["loss"], rel=1e-6)
+
+
+class SlowDigits(mx.gluon.data.Dataset):
+    """Digits that take 5 ms each to load (read in the training thread)."""
+
+    def __init__(self, X, y):
+        self.X, self.y = X, y
+
+    def __len__(self):
+        return len(self.X)
+
+    def __getitem__(self, i):
+        import time
+        time.sleep(0.005)
+        return self.X[i], self.y[i]
+
+
+def test_the_time_split_adds_up_and_finds_a_slow_data_source(small, caplog):
+    (X, y), _ = small
+    caplog.set_level(logging.INFO, logger="gluondist")
+    _, h = _fit(SlowDigits(X[:160], y[:160]), epochs=2, batch_size=16, progress=False,
+                callbacks=[gluondist.EpochLogger(time_split=True)])
+    for e in range(2):
+        parts = [h.history[k][e] for k in ("data_seconds", "compute_seconds", "sync_seconds")]
+        assert sum(parts) == pytest.approx(h.history["epoch_seconds"][e], rel=0.01)
+        assert parts[0] >= 0.8 * 160 * 0.005  # 160 samples of 5 ms: most of the epoch
+        assert parts[0] > parts[1] and parts[2] < parts[1]  # one device: nothing to sync
+    assert "(data " in caplog.text and "compute " in caplog.text and "sync " in caplog.text

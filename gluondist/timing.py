@@ -1,0 +1,77 @@
+"""Where an epoch's training time goes: waiting for data, computing, waiting for the kvstore.
+
+The wait for the next batch is measured on every batch. MXNet runs operators asynchronously,
+so the rest can only be read at a synchronisation point: every ``every``-th batch is timed
+phase by phase with ``mx.nd.waitall()`` between the phases (forward, backward and fit's sums;
+the push and pull of gradients; the local update), the other batches run untouched. The
+epoch's time besides the data wait is divided between compute and sync in the proportion
+measured on the sampled batches, so the three add up to the epoch's time (validation is not
+part of it). A few sampled batches on a noisy machine make the proportion approximate.
+"""
+from __future__ import annotations
+
+import time
+from typing import Dict, Iterator, Optional
+
+from ._mx import mx
+
+KEYS = ("data_seconds", "compute_seconds", "sync_seconds")
+
+
+class EpochClock:
+    def __init__(self, steps: int, every: int = 10):
+        self.steps, self.every = steps, every
+        self.sample_at = min(every, max(steps, 1)) // 2
+        self.data = 0.0
+        self.sampled = {"compute": 0.0, "sync": 0.0}
+        self.samples = 0
+        self._mark: Optional[float] = None
+
+    def waiting(self, batches) -> Iterator:
+        """``batches``, with the time spent waiting for each added to the data time."""
+        iterator = iter(batches)
+        while True:
+            start = time.perf_counter()
+            try:
+                item = next(iterator)
+            except StopIteration:
+                return
+            self.data += time.perf_counter() - start
+            yield item
+
+    def sample(self, batch: int) -> Optional["EpochClock"]:
+        """Start timing ``batch`` phase by phase if it is one of the sampled; returns the clock
+        to ``lap`` (None for a batch that runs untimed)."""
+        if batch % self.every != self.sample_at:
+            return None
+        mx.nd.waitall()  # the previous batches' work is not this batch's
+        self.samples += 1
+        self._mark = time.perf_counter()
+        return self
+
+    def lap(self, phase: str) -> None:
+        """The time since the last mark, once the devices are idle, goes to ``phase``."""
+        mx.nd.waitall()
+        now = time.perf_counter()
+        self.sampled[phase] += now - self._mark
+        self._mark = now
+
+    def split(self, epoch_seconds: float) -> Dict[str, float]:
+        rest = max(epoch_seconds - self.data, 0.0)
+        sampled = self.sampled["compute"] + self.sampled["sync"]
+        sync = rest * self.sampled["sync"] / sampled if sampled else 0.0
+        return {"data_seconds": self.data, "compute_seconds": rest - sync, "sync_seconds": sync}
+
+
+def over_workers(split: Dict[str, float], rank: int, workers: int, allreduce) -> Dict[str, float]:
+    """The mean of each figure over the job's workers, and the figures of the slowest worker
+    (the largest sum) as ``slowest_*`` with its rank as ``slowest_worker``."""
+    table = [0.0] * (len(KEYS) * workers)
+    table[rank * len(KEYS):(rank + 1) * len(KEYS)] = [split[k] for k in KEYS]
+    table = list(allreduce(table))
+    rows = [table[r * len(KEYS):(r + 1) * len(KEYS)] for r in range(workers)]
+    slowest = max(range(workers), key=lambda r: sum(rows[r]))
+    out = {k: sum(row[i] for row in rows) / workers for i, k in enumerate(KEYS)}
+    out.update({f"slowest_{k}": rows[slowest][i] for i, k in enumerate(KEYS)})
+    out["slowest_worker"] = float(slowest)
+    return out
