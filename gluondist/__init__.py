@@ -10,7 +10,8 @@ INSTALL_HINT = (
     "pip install 'gluondist[cpu]' (CPU) or 'gluondist[cu117]' (CUDA 11.7; see README for others)"
 )
 __all__ = ["fit", "launch", "LaunchOptions", "History", "Callback", "EarlyStopping",
-           "ProgressBar", "EpochLogger", "Checkpointer", "SaveBest", "evaluate", "predict", "kvstore",
+           "ProgressBar", "EpochLogger", "Checkpointer", "SaveBest", "CSVLogger", "TensorBoard",
+           "evaluate", "predict", "kvstore",
            "parallel", "recipes"]
 
 _LAZY = {
@@ -22,6 +23,8 @@ _LAZY = {
     "EpochLogger": ("gluondist.callbacks", "EpochLogger"),
     "Checkpointer": ("gluondist.callbacks", "Checkpointer"),
     "SaveBest": ("gluondist.callbacks", "SaveBest"),
+    "CSVLogger": ("gluondist.loggers", "CSVLogger"),
+    "TensorBoard": ("gluondist.loggers", "TensorBoard"),
     "evaluate": ("gluondist.evaluation", "evaluate"),
     "predict": ("gluondist.evaluation", "predict"),
     "launch": ("gluondist.launcher.api", "launch"),

@@ -1,0 +1,91 @@
+"""Callbacks that keep a run's figures: :class:`CSVLogger` and :class:`TensorBoard`.
+
+Both write from worker 0 only, one entry per epoch with the History's keys (the time split
+included)."""
+from __future__ import annotations
+
+import csv
+import os
+from typing import List, Optional
+
+from .callbacks import Callback
+
+TENSORBOARD_HINT = "pip install 'gluondist[tensorboard]'"
+
+
+class CSVLogger(Callback):
+    """One row per epoch in ``path``: ``epoch`` (counted from 0, as in the History) and every
+    History key. With ``append`` (the default) a resumed run continues the file: rows of the
+    epochs it trains again (those after its checkpoint) are replaced, never repeated. Without
+    it the file starts over."""
+
+    def __init__(self, path, append: bool = True):
+        self.path, self.append = str(path), append
+        self._rows: Optional[List[dict]] = None
+
+    def check(self, keys) -> None:
+        folder = os.path.dirname(os.path.abspath(self.path))
+        if os.path.isdir(self.path) or not os.access(folder, os.W_OK | os.X_OK):
+            raise ValueError(f"CSVLogger cannot write {self.path}: give a file path in an "
+                             "existing, writable directory")
+
+    def on_train_begin(self, run):
+        if run.rank != 0:
+            return
+        self._rows = []
+        if self.append and os.path.isfile(self.path):
+            with open(self.path, newline="") as f:
+                self._rows = [row for row in csv.DictReader(f)
+                              if row.get("epoch", "").isdigit() and int(row["epoch"]) < run.start]
+
+    def on_epoch_end(self, run, epoch, logs):
+        if run.rank != 0:
+            return
+        self._rows.append({"epoch": epoch, **logs})
+        fields = ["epoch"] + list(dict.fromkeys(k for row in self._rows for k in row
+                                               if k != "epoch"))
+        tmp = f"{self.path}.{os.getpid()}.tmp"  # a reader never sees half a file
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields, restval="")
+            writer.writeheader()
+            writer.writerows(self._rows)
+        os.replace(tmp, self.path)
+
+
+class TensorBoard(Callback):
+    """Every History value as a scalar per epoch (tag = the key, step = the epoch) in TensorBoard
+    event files under ``log_dir``, and with ``batch_every=N`` the training loss of every N-th
+    batch (tag ``batch_loss``, step = the batch counted over the whole run). Needs tensorboardX:
+    ``pip install 'gluondist[tensorboard]'``; view with ``tensorboard --logdir LOG_DIR``."""
+
+    def __init__(self, log_dir, batch_every: Optional[int] = None):
+        try:
+            import tensorboardX  # noqa: F401
+        except ImportError as exc:
+            raise ImportError(f"gluondist.TensorBoard needs tensorboardX: {TENSORBOARD_HINT}") \
+                from exc
+        if batch_every is not None and (not isinstance(batch_every, int) or batch_every < 1):
+            raise ValueError(f"batch_every must be a positive integer or None, not "
+                             f"{batch_every!r}")
+        self.log_dir, self.batch_every = str(log_dir), batch_every
+        self._writer = None
+
+    def on_train_begin(self, run):
+        if run.rank == 0:
+            from tensorboardX import SummaryWriter
+            self._writer = SummaryWriter(self.log_dir)
+
+    def on_batch_end(self, run, batch, logs):
+        if self._writer is not None and self.batch_every and batch % self.batch_every == 0:
+            self._writer.add_scalar("batch_loss", logs["loss"], run.epoch * run.steps + batch)
+
+    def on_epoch_end(self, run, epoch, logs):
+        if self._writer is not None:
+            for key, value in logs.items():
+                self._writer.add_scalar(key, value, epoch)
+            self._writer.flush()
+
+    def on_train_end(self, run):
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

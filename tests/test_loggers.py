@@ -1,0 +1,70 @@
+"""CSVLogger and TensorBoard: what they write equals the History, read back with csv and with
+TensorBoard's own reader."""
+import csv
+import subprocess
+import sys
+
+import pytest
+
+import gluondist
+from gluondist import CSVLogger, TensorBoard
+from conftest import fit_mlp
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_csv_rows_equal_the_history(small, tmp_path):
+    path = tmp_path / "log.csv"
+    _, h = fit_mlp(small[0], epochs=3, val_data=small[1], callbacks=[CSVLogger(path)])
+    rows = _rows(path)
+    assert [int(r["epoch"]) for r in rows] == [0, 1, 2]
+    assert set(rows[0]) == {"epoch", *h.history}
+    for key, values in h.history.items():
+        assert [float(r[key]) for r in rows] == pytest.approx(values, rel=1e-12), key
+
+
+def test_a_resumed_run_appends_without_repeating_epochs(small, tmp_path):
+    path, ckpt = tmp_path / "log.csv", tmp_path / "ckpt"
+    fit_mlp(small[0], epochs=2, checkpoint_dir=ckpt, callbacks=[CSVLogger(path)])
+    with open(path, "a") as f:  # a row written just before a crash lost epoch 2's checkpoint
+        f.write("2,9,9,9,9,9,9,9\n")
+    _, h = fit_mlp(small[0], epochs=4, checkpoint_dir=ckpt, callbacks=[CSVLogger(path)])
+    rows = _rows(path)
+    assert [int(r["epoch"]) for r in rows] == [0, 1, 2, 3]
+    assert [float(r["loss"]) for r in rows] == pytest.approx(h.history["loss"], rel=1e-12)
+    fit_mlp(small[0], epochs=1, callbacks=[CSVLogger(path, append=False)])
+    assert [int(r["epoch"]) for r in _rows(path)] == [0]
+
+
+def test_tensorboard_scalars_equal_the_history(small, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    _, h = fit_mlp(small[0], epochs=3, val_data=small[1],
+                   callbacks=[TensorBoard(tmp_path / "tb", batch_every=5)])
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert set(h.history) | {"batch_loss"} == tags
+    for key, values in h.history.items():
+        scalars = events.Scalars(key)
+        assert [s.step for s in scalars] == [0, 1, 2]
+        assert [s.value for s in scalars] == pytest.approx(values, rel=1e-6), key
+    assert [s.step for s in events.Scalars("batch_loss")] == [i for i in range(3 * 14)
+                                                              if i % 14 % 5 == 0]
+
+
+def test_without_tensorboardx_the_error_names_the_extra(tmp_path):
+    code = ("import sys; sys.modules['tensorboardX'] = None\n"
+            "import gluondist\n"
+            "try:\n    gluondist.TensorBoard('tb')\n"
+            "except ImportError as exc:\n    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert "pip install 'gluondist[tensorboard]'" in out.stdout, out.stderr
+
+
+def test_an_unwritable_csv_path_fails_before_training(small, tmp_path):
+    with pytest.raises(ValueError, match="CSVLogger cannot write"):
+        fit_mlp(small[0], callbacks=[CSVLogger(tmp_path / "missing" / "log.csv")])
