@@ -178,7 +178,25 @@ class History(Callback):
         fig.tight_layout()
         if path is not None:
             fig.savefig(path)
+        _inline_in_notebooks(Figure)
         return fig
+
+
+def _inline_in_notebooks(figure_type) -> None:
+    """In a Jupyter kernel, make a Figure that ends a cell show as a picture (what
+    ``%matplotlib inline`` does for pyplot's figures; ours are made without pyplot)."""
+    import sys
+    shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
+    if shell is None or not hasattr(shell, "kernel"):
+        return
+    png = shell.display_formatter.formatters["image/png"]
+    if figure_type not in png.type_printers:
+        def render(fig):
+            import io
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format="png", bbox_inches="tight")
+            return buffer.getvalue()
+        png.for_type(figure_type, render)
 
 
 class ProgressBar(Callback):
