@@ -1,0 +1,110 @@
+"""``gluondist bench kvstore``: measure a dist_sync job's communication for several server
+counts, print it next to the cost model's prediction, and recommend a server count.
+
+Each server count is a real job started through the launcher's one path (the same placement,
+supervision and failure reports as ``gluondist launch``); its workers run ``worker.py``.
+
+The cost model (README, "Choosing the number of servers"): per step every worker pushes and
+pulls the model's P bytes, so a worker's link carries 2P and, with the keys spread evenly, a
+server's link 2WP/S. Across hosts the step takes T(S) = max(2WP / (S B), 2P / B) for link
+bandwidth B, which the single-server row calibrates (T(1) = 2WP / B when W >= 1): T(S) =
+T(1) max(1/S, 1/W). On one host every byte goes through the same memory and cores whatever S
+is: T(S) = T(1).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence
+
+PREFIX = "gluondist-bench "
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
+
+
+@dataclass(frozen=True)
+class Row:
+    servers: int
+    step_s: float
+    worker_mb: float  # megabytes each worker moves per step (push + pull)
+    server_mb: float  # megabytes each server moves per step (all workers' pushes and pulls)
+    gbytes_per_s: float  # each worker's effective throughput
+    predicted_s: float
+
+    def as_dict(self) -> dict:
+        return {"servers": self.servers, "step_s": self.step_s, "worker_mb_per_step":
+                self.worker_mb, "server_mb_per_step": self.server_mb,
+                "worker_gb_per_s": self.gbytes_per_s, "predicted_step_s": self.predicted_s}
+
+
+def predict(one_server_s: float, servers: int, workers: int, one_host: bool) -> float:
+    """The model's step time for ``servers``, calibrated by the measured single-server step."""
+    if one_host:
+        return one_server_s
+    return one_server_s * max(1.0 / servers, 1.0 / workers)
+
+
+def rows(steps_s: Sequence[float], servers: Sequence[int], workers: int, nbytes: int,
+         one_host: bool) -> List[Row]:
+    """The table, from the measured step time of each server count (``servers[0]`` need not
+    be 1: the model is then calibrated from the smallest count, scaled to one server)."""
+    order = sorted(range(len(servers)), key=lambda i: servers[i])
+    base_s, base_n = steps_s[order[0]], servers[order[0]]
+    one_server_s = base_s if one_host else base_s / max(1.0 / base_n, 1.0 / workers)
+    mb = nbytes / 2 ** 20
+    return [Row(s, t, 2 * mb, 2 * mb * workers / s, 2 * nbytes / t / 1e9,
+                predict(one_server_s, s, workers, one_host))
+            for s, t in zip(servers, steps_s)]
+
+
+def recommend(table: Sequence[Row], within: float = 0.10) -> int:
+    """The smallest server count whose step time is within ``within`` of the best."""
+    best = min(r.step_s for r in table)
+    return min(r.servers for r in table if r.step_s <= best * (1 + within))
+
+
+def parse(lines: Sequence[str]) -> Optional[dict]:
+    """Worker 0's result line among a job's output lines."""
+    for line in lines:
+        if line.startswith(PREFIX):
+            return json.loads(line[len(PREFIX):])
+    return None
+
+
+def format_table(table: Sequence[Row], recommended: int) -> List[str]:
+    out = [f"{'servers':>7} {'step s':>8} {'model s':>8} {'MB/worker':>10} {'MB/server':>10} "
+           f"{'GB/s/worker':>12}"]
+    for r in table:
+        out.append(f"{r.servers:>7} {r.step_s:>8.4f} {r.predicted_s:>8.4f} {r.worker_mb:>10.1f} "
+                   f"{r.server_mb:>10.1f} {r.gbytes_per_s:>12.3f}")
+    out.append(f"recommended: -s {recommended} (the fewest servers within 10% of the best step "
+               "time)")
+    return out
+
+
+def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: int,
+        launch_job: Callable, show: Callable[[str, bool], None]):
+    """One job per server count, through ``launch_job(options, show, record)``; returns
+    ``(table, recommended, failure)`` where failure is the failed job's LaunchResult."""
+    import dataclasses
+    measured = []
+    for count in servers:
+        lines: List[str] = []
+        options = dataclasses.replace(
+            base_options, num_servers=count,
+            command=(WORKER, str(mbytes), str(keys), str(steps)))
+        show(f"-s {count}: {options.num_workers} worker(s) push and pull {mbytes:g} MB in "
+             f"{keys} key(s), {steps} steps", True)
+        result = launch_job(options, lambda _s, _t: None,
+                            lambda spec, line: lines.append(line) if spec.label == "worker 0"
+                            else None)
+        if result.exit_code != 0:
+            return None, None, result
+        found = parse(lines)
+        if found is None:
+            raise RuntimeError("worker 0 printed no result line")
+        measured.append(found)
+    one_host = base_options.launcher == "local" or len(base_options.hosts) <= 1
+    table = rows([m["step_s"] for m in measured], servers, base_options.num_workers,
+                 measured[0]["bytes"], one_host)
+    return table, recommend(table), None

@@ -1,0 +1,48 @@
+"""One worker of ``gluondist bench kvstore``: ``worker.py MBYTES KEYS STEPS``.
+
+Pushes and pulls MBYTES of float32 through the job's dist_sync kvstore every step, split into
+KEYS arrays the way a model's layers are; worker 0 prints the job's step time (the slowest
+worker's) as one line ``gluondist-bench {...}``.
+"""
+import json
+import sys
+import time
+
+import numpy as np
+
+from gluondist import kvstore
+from gluondist._mx import mx
+
+WARMUP = 3
+FIRST_KEY = 1 << 24  # far from any trainer's keys
+
+
+def main(mbytes: float, keys: int, steps: int) -> None:
+    kv = kvstore.create("dist_sync")
+    total = max(keys, int(mbytes * 2 ** 20 / 4))
+    sizes = [total // keys + (1 if i < total % keys else 0) for i in range(keys)]
+    ids = [FIRST_KEY + i for i in range(keys)]
+    grads = [mx.nd.ones((n,)) for n in sizes]
+    pulled = [mx.nd.zeros((n,)) for n in sizes]
+    kv.init(ids, [mx.nd.zeros((n,)) for n in sizes])
+    for _ in range(WARMUP):
+        kv.pushpull(ids, grads, out=pulled)
+        mx.nd.waitall()
+    kv._barrier()
+    start = time.perf_counter()
+    for _ in range(steps):  # one training step's communication: push every key, pull it back
+        kv.pushpull(ids, grads, out=pulled)
+        mx.nd.waitall()
+    elapsed = time.perf_counter() - start
+    workers, rank = kv.num_workers, kv.rank
+    each = np.zeros(workers)
+    each[rank] = elapsed / steps
+    each = kvstore.allreduce(each)  # every worker's step time
+    if rank == 0:
+        print("gluondist-bench " + json.dumps({"step_s": float(each.max()),
+                                              "worker_step_s": each.tolist(),
+                                              "bytes": 4 * total}), flush=True)
+
+
+if __name__ == "__main__":
+    main(float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
