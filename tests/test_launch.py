@@ -61,7 +61,8 @@ def test_uncaught_exception_shows_its_traceback(launch):
     job = launch("-n", 2, "-s", 1, JOB, "raise", 0)
     assert job.wait() == 1
     assert "worker 0 failed first: exit code 1" in job.err
-    assert "its traceback:" in job.err and "RuntimeError: boom in worker" in job.err
+    assert "its traceback (from its error record):" in job.err
+    assert "RuntimeError: boom in worker" in job.err
     assert job.leftovers() == []
 
 
@@ -154,6 +155,7 @@ def test_a_taken_scheduler_port_is_retried_on_another(tmp_path):
     from conftest import TAG
     from gluondist.launcher import monitor
     from gluondist.launcher.options import LaunchOptions
+    from gluondist.launcher.session import launch_job
 
     tag = uuid.uuid4().hex
     with socket.socket() as taken:
@@ -170,7 +172,7 @@ def test_a_taken_scheduler_port_is_retried_on_another(tmp_path):
         os.chdir(tmp_path)
         try:
             options = LaunchOptions((JOB, "ok"), 1, 1, env={TAG: tag})
-            result = monitor.run(options, lambda spec, line: None, ports=ports)
+            result = launch_job(options, lambda text, note: None, ports=ports)
         finally:
             os.chdir(cwd)
             stray = kill_tagged(tag)

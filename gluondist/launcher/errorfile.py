@@ -1,0 +1,37 @@
+"""A worker's uncaught exception as a small JSON file: written by the worker bootstrap, read by
+the launcher (torchrun's ``@record`` error file, without a decorator to add).
+
+Fields: ``type``, ``message``, ``traceback`` (list of lines, as Python prints them), ``time``
+(seconds since the epoch, when it was raised), ``rank``, ``host``, ``pid``. Standard library
+only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from typing import List, Optional
+
+from .. import envvars as ev
+
+
+def write(path: str, exc: BaseException, traceback_lines: List[str]) -> None:
+    record = {"type": type(exc).__name__, "message": str(exc),
+              "traceback": [l for chunk in traceback_lines for l in chunk.rstrip("\n").split("\n")],
+              "time": time.time(), "rank": os.environ.get(ev.GLUONDIST_RANK),
+              "host": socket.gethostname(), "pid": os.getpid()}
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f)
+    os.replace(tmp, path)  # the launcher never reads half a file
+
+
+def read(path: str) -> Optional[dict]:
+    """The record, or None when there is none (or it cannot be read)."""
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and "time" in record else None
