@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from . import checkpoint, kvstore as kvs, parallel
+from . import checkpoint, heartbeat, kvstore as kvs, parallel
 from ._mx import mx
 from .callbacks import Callback, History
 from .data import source
@@ -246,6 +246,7 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
             scale = 0.0 if empty else (batch_size / len(idx) if async_mode else 1.0)
             outputs, losses = parallel.forward_backward(net, loss, data, label, ctxs, scale)
             _step(trainer, ctxs, batch_size if async_mode else global_count, clip, async_mode)
+            heartbeat.beat()  # issue 9's progress channel; the callback version replaces this
             if not empty:
                 for i, l in enumerate(losses):  # read once per epoch, not per batch
                     if l is not None:

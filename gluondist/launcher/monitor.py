@@ -42,7 +42,8 @@ class Failure:
 class Stall:
     seconds: float  # how long no worker had progressed
     workers: List[str]  # "worker 1 (20 batches, the last 31s ago)", stopped-first first
-    stacks: Dict[str, List[str]]  # each worker's dump ("" lines kept), by label
+    stacks: Dict[str, List[str]]  # each worker's dump, by label, in that order
+    first_known: bool = False  # the heartbeats tell which worker stopped first
 
 
 @dataclass
@@ -176,6 +177,7 @@ def _stalled(group: ProcessGroup, stalls: StallWatch, idle: float) -> LaunchResu
     now = time.monotonic()
     order = stalls.order()
     described = [f"{c.spec.label} ({stalls.describe(c, now)})" for c in order]
+    told = len(order) > 1 and stalls.told_apart(order[0], order[1])
     asked = []
     for child in order:
         child.captured = []
@@ -197,7 +199,7 @@ def _stalled(group: ProcessGroup, stalls: StallWatch, idle: float) -> LaunchResu
     reason = (f"the job stalled: no worker made progress for {idle:.0f}s "
               f"(--stall-timeout {stalls.timeout:g})")
     return LaunchResult(STALL_EXIT, Failure("job", reason, time=time.time()),
-                        stall=Stall(idle, described, stacks))
+                        stall=Stall(idle, described, stacks, told))
 
 
 def _timed_out(plan: LaunchPlan, joins: Joins, timeout: float) -> LaunchResult:

@@ -42,12 +42,22 @@ def failure_lines(result: LaunchResult, lead: str = "") -> List[str]:
 
 def _stall_lines(result: LaunchResult) -> List[str]:
     stall = result.stall
-    lines = [f"{P}workers, the one that stopped progressing first first: "
-             f"{'; '.join(stall.workers)}"]
+    if stall.first_known:
+        lines = [f"{P}stopped progressing first: {stall.workers[0]}"]
+        lines += [f"{P}then: {'; '.join(stall.workers[1:])}"] if stall.workers[1:] else []
+    else:
+        lines = [f"{P}the heartbeats cannot tell which worker stopped first: "
+                 f"{'; '.join(stall.workers)}"]
     for label, stack in stall.stacks.items():
         lines.append(f"{P}{label}'s stack (every thread, most recent call first):")
-        lines += [INDENT + l for l in stack if l.strip()]
+        lines += [INDENT + l for l in stack if l.strip() and not _launch_frame(l)]
     return lines
+
+
+def _launch_frame(line: str) -> bool:
+    """The frames every worker has below the script's (runpy, the bootstrap): left in the
+    log, left out of the report."""
+    return "<frozen runpy>" in line or "gluondist/launcher/bootstrap.py" in line
 
 
 def final_lines(result: LaunchResult) -> List[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Dict, List, Optional
 
+from ..heartbeat import INTERVAL
 from .process import Child
 
 CPU_SAMPLE = 1.0  # seconds between CPU readings of a worker without a heartbeat
@@ -54,6 +55,14 @@ class StallWatch:
         running = [c for c in self.workers if c.exited is None]
         return sorted(running, key=lambda c: (c.batches is None, c.batches or 0,
                                               self._progress_at(c)))
+
+    def told_apart(self, first: Child, second: Child) -> bool:
+        """Whether the heartbeats show ``first`` stopped before ``second`` (fewer batches, or
+        its last one clearly earlier than a report interval)."""
+        if first.batches is None or second.batches is None:
+            return False
+        return first.batches < second.batches or \
+            self._progress_at(second) - self._progress_at(first) > 2 * INTERVAL
 
     def describe(self, child: Child, now: float) -> str:
         ago = now - self._progress_at(child)
