@@ -209,3 +209,27 @@ def test_a_script_imports_its_sibling_modules_as_python_would(launch, tmp_path):
     job = launch("-n", 1, "-s", 1, code / "train.py", "--x")  # run from tmp_path, not code/
     assert job.wait() == 0, job.err
     assert f"[worker 0] helper says 42 ['{code / 'train.py'}', '--x']" in job.out
+
+
+def test_a_traceback_longer_than_the_log_tail_comes_whole_from_the_error_record(launch):
+    job = launch("-n", 2, "-s", 1, JOB, "deep", 1)
+    assert job.wait() == 1
+    assert "worker 1 failed first: exit code 1" in job.err
+    report = job.err.split("its traceback (from its error record):")[1].splitlines()
+    assert report[1].strip() == "Traceback (most recent call last):"
+    assert "in <module>" in report[2]
+    assert sum(", in nested" in line for line in report) == 61  # more than the 40-line tail
+    assert "ValueError: the real cause, 60 calls down" in job.err
+    assert job.leftovers() == []
+
+
+def test_the_earliest_failure_leads_even_when_noticed_later(launch):
+    # worker 1 raises first but takes a second to format its error; worker 0 raises right
+    # after and exits first, so the monitor notices worker 0 first. The error records' times
+    # put worker 1 first, worker 0 after it.
+    job = launch("-n", 2, "-s", 1, JOB, "raisefirst", 1)
+    assert job.wait() == 1
+    assert "gluondist: worker 1 failed first: exit code 1" in job.err, job.err
+    assert "SlowToFormat: worker 1 failed first" in job.err
+    assert "gluondist: then worker 0 failed: RuntimeError: worker 0 saw a peer fail" in job.err
+    assert job.leftovers() == []

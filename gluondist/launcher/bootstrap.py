@@ -18,6 +18,7 @@ import os
 import runpy
 import signal
 import sys
+import time
 import traceback
 
 from gluondist import envvars
@@ -72,11 +73,18 @@ def main(argv) -> None:
             code = 1
         _leave(code)
     except BaseException as exc:  # KeyboardInterrupt included: the job is going down anyway
+        when = time.time()
+        # The launcher may be stopping the job because of a later failure it noticed first:
+        # finish the record (then exit) so the report can still put this one first. Ignored
+        # for the whole process (a per-thread mask would leave MXNet's threads to take it);
+        # the launcher's SIGKILL after its deadline still ends a record that never finishes.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
         lines = _user_traceback(exc)
         path = os.environ.get(envvars.GLUONDIST_ERROR_FILE)
         if path:
             try:
-                errorfile.write(path, exc, lines)
+                errorfile.write(path, exc, lines, when)
             except OSError as err:
                 sys.stderr.write(f"gluondist: cannot write the error file {path}: {err}\n")
         sys.stderr.write("".join(lines))
