@@ -83,13 +83,15 @@ def test_server_killed(launch, tmp_path):
 
 
 @pytest.mark.parametrize("sig,code,name", [(signal.SIGINT, 130, "SIGINT"),
-                                           (signal.SIGTERM, 143, "SIGTERM")])
+                                           (signal.SIGTERM, 143, "SIGTERM"),
+                                           (signal.SIGHUP, 129, "SIGHUP")])
 def test_signals_to_the_launcher_stop_the_job(launch, tmp_path, sig, code, name):
     job = launch("-n", 2, "-s", 1, JOB, "hang", "all")
     wait_until(lambda: len(list(tmp_path.glob("*.hanging"))) == 2, message="the job to run")
     job.proc.send_signal(sig)
     assert job.wait(timeout=30) == code
     assert f"interrupted ({name})" in job.err or f"terminated ({name})" in job.err
+    assert "gluondist: stopped scheduler, server 0, worker 0, worker 1" in job.err
     assert job.leftovers() == []
 
 
@@ -138,6 +140,8 @@ def test_any_command_after_a_double_dash(launch, tmp_path):
     (["--max-restarts", "-1", JOB], "--max-restarts must be 0 or more"),
     (["-n", "two", JOB], "'two' is not a valid integer"),
     (["--", "no-such-command-xyz"], "command 'no-such-command-xyz' not found"),
+    (["-n", "2", "--gpus-per-worker", "2", JOB], "needs 4 GPU(s); this machine has 0"),
+    (["--stall-timeout", "0", JOB], "--stall-timeout"),
     ([], "Missing argument"),
 ])
 def test_bad_input_is_one_line_and_exit_2(launch, args, message):
@@ -198,6 +202,39 @@ def test_the_python_api_returns_the_result_and_logs(tmp_path, monkeypatch):
     assert (result.failure.label, result.failure.reason) == ("worker 1", "exit code 3")
     assert "worker 0 on 127.0.0.1 pulled 3" in result.logs["worker 0"]
     assert stray == []
+
+
+def test_from_python_the_console_shows_what_the_cli_shows(tmp_path, monkeypatch, capsys):
+    import uuid
+
+    import gluondist
+    from conftest import TAG
+
+    tag = uuid.uuid4().hex
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PS_VERBOSE", raising=False)
+    try:
+        result = gluondist.launch(JOB, "ok", num_workers=2, num_servers=1, env={TAG: tag})
+    finally:
+        stray = kill_tagged(tag)
+    out, err = capsys.readouterr()
+    assert result.exit_code == 0
+    assert "[worker 1] worker 1 on 127.0.0.1 pulled 3" in out
+    assert "ps-lite" not in out and "Barrier count" not in out  # chatter is not shown ...
+    assert any("ps-lite" in line for line in result.logs["scheduler"])  # ... but kept
+    assert "gluondist: OMP_NUM_THREADS=" in err  # the plan's notes, as the CLI says them
+    assert stray == []
+
+
+def test_before_a_restart_the_launcher_says_which_attempt_failed(launch):
+    job = launch("-n", 2, "-s", 1, "--max-restarts", 1, JOB, "exit", 1)
+    assert job.wait() == 3
+    first, last = job.err.split("gluondist: restarting the job (1 of 1)\n")
+    assert "gluondist: attempt 1 failed: worker 1 failed first: exit code 3" in first
+    assert "gluondist: exit code" not in first  # nothing that reads like the end
+    assert "gluondist: worker 1 failed first: exit code 3" in last
+    assert last.strip().endswith("gluondist: exit code 3")
+    assert job.leftovers() == []
 
 
 def test_a_script_imports_its_sibling_modules_as_python_would(launch, tmp_path):
