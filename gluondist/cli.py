@@ -162,8 +162,8 @@ def manifest():
 def manifest_kubernetes(num_workers, num_servers, image, name, port, kvstore, gpus_per_worker,
                         env_pairs, output, command):
     """Kubernetes objects (JSON, for `kubectl apply -f`) running COMMAND as the workers of a
-    parameter-server job: a headless Service and Pod for the scheduler, servers and workers as
-    Indexed Jobs."""
+    parameter-server job: one Indexed Job (index 0 the scheduler, then the servers, then the
+    workers) that fails, ending every pod, when any process fails; and a headless Service."""
     import json
     import re
     from .manifests import kubernetes

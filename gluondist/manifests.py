@@ -1,16 +1,25 @@
 """Plain Kubernetes objects for a parameter-server job: no operator needed (Kubeflow dropped
-its MXJob operator in training-operator 1.9).
+its MXJob operator in training-operator 1.9), no controller of ours.
 
-A headless Service names the scheduler Pod; servers and workers are Indexed Jobs. Every node
-advertises its Pod IP (downward API), and a worker's rank is its completion index.
+One Indexed Job runs every process of the job; the completion index picks the role (0 the
+scheduler, then the servers, then the workers: gluondist.launcher.pod). A ``podFailurePolicy``
+rule fails the whole Job on any non-zero exit, and Kubernetes then ends every other pod of it;
+when every index succeeds the Job completes. A headless Service gives the pods stable DNS names
+(``<name>-0.<name>`` is the scheduler). Every node advertises its Pod IP (downward API). Each
+role's environment comes from gluondist.launcher.roles, as for the local, ssh and Slurm
+launchers.
 """
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 
 from . import envvars as ev
+from .kinds import DIST_KINDS
+from .launcher.roles import is_python, job_env
 
-SERVER_COMMAND = ["python", "-c", "import mxnet"]
+CONTAINER = "gluondist"
+POD_ENTRY = ("-m", "gluondist.launcher.pod")
+GRACE_SECONDS = 15  # how long a pod may take to stop once the Job failed, then SIGKILL
 
 
 def _env(values: Dict[str, str]) -> List[dict]:
@@ -21,67 +30,60 @@ def _field(name: str, path: str) -> dict:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
+def scheduler_host(name: str) -> str:
+    """The scheduler pod's DNS name: index 0's hostname under the headless Service."""
+    return f"{name}-0.{name}"
+
+
+def container_command(command: Sequence[str], num_servers: int, kvstore: str) -> List[str]:
+    """The pod entry, run by the command's own Python when the command is ``python ...``."""
+    python = command[0] if command and is_python(command[0]) else "python"
+    return [python, *POD_ENTRY, "--servers", str(num_servers), "--kvstore", kvstore, "--",
+            *command]
+
+
 def kubernetes(name: str, image: str, command: Sequence[str], num_workers: int,
                num_servers: int, port: int = 9091, kvstore: str = "dist_sync",
                gpus_per_worker: int = 0, env: Optional[Dict[str, str]] = None) -> dict:
-    """A ``v1 List`` of the objects to ``kubectl apply -f``."""
+    """A ``v1 List`` of the objects to ``kubectl apply -f``: a headless Service and one Indexed
+    Job of ``1 + num_servers + num_workers`` pods."""
+    if kvstore not in DIST_KINDS:
+        raise ValueError(f"kvstore {kvstore!r} is not one of {', '.join(DIST_KINDS)}")
     labels = {"app.kubernetes.io/name": "gluondist", "gluondist.io/job": name}
-    scheduler_host = f"{name}-scheduler"
-    common = {
-        ev.DMLC_PS_ROOT_URI: scheduler_host,
-        ev.DMLC_PS_ROOT_PORT: str(port),
-        ev.DMLC_NUM_WORKER: str(num_workers),
-        ev.DMLC_NUM_SERVER: str(num_servers),
-        # ps-lite binds the scheduler to 0.0.0.0 instead of its (Service) name when set
-        ev.DMLC_USE_KUBERNETES: "1",
-        **(env or {}),
+    count = 1 + num_servers + num_workers
+    common = job_env(scheduler_host(name), port, num_workers, num_servers, verbose=False)
+    # ps-lite binds the scheduler to 0.0.0.0 instead of its DNS name under this flag
+    common[ev.DMLC_USE_KUBERNETES] = "1"
+    container = {
+        "name": CONTAINER, "image": image,
+        "command": container_command(command, num_servers, kvstore),
+        "env": _env({**common, **(env or {})}) + [_field(ev.DMLC_NODE_HOST, "status.podIP")],
+        "ports": [{"containerPort": port, "name": "scheduler"}],
     }
-
-    def container(role: str, argv: Sequence[str], extra: List[dict], gpus: int = 0) -> dict:
-        spec = {"name": role, "image": image, "command": list(argv),
-                "env": _env({**common, ev.DMLC_ROLE: role}) + extra}
-        if role == "scheduler":
-            spec["ports"] = [{"containerPort": port, "name": "scheduler"}]
-        if gpus:
-            spec["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
-        return spec
-
-    node_ip = [_field(ev.DMLC_NODE_HOST, "status.podIP")]
-
-    def indexed_job(role: str, count: int, argv, extra, gpus=0) -> dict:
-        role_labels = {**labels, "gluondist.io/role": role}
-        return {
-            "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": f"{name}-{role}", "labels": role_labels},
-            "spec": {
-                "completions": count, "parallelism": count, "completionMode": "Indexed",
-                "backoffLimit": 0,  # a failed worker fails the job: restart it whole
-                "template": {
-                    "metadata": {"labels": role_labels},
-                    "spec": {"restartPolicy": "Never",
-                             "containers": [container(role, argv, extra, gpus)]},
-                },
+    if gpus_per_worker:  # one template: the scheduler and servers ask for them too
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus_per_worker)}}
+    job = {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "completions": count, "parallelism": count, "completionMode": "Indexed",
+            "backoffLimit": 0,
+            # any process failing fails the Job; Kubernetes then ends all its other pods
+            "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
+                "containerName": CONTAINER, "operator": "NotIn", "values": [0]}}]},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"restartPolicy": "Never", "subdomain": name,
+                         "terminationGracePeriodSeconds": GRACE_SECONDS,
+                         "containers": [container]},
             },
-        }
-
-    scheduler_labels = {**labels, "gluondist.io/role": "scheduler"}
-    worker_env = node_ip + [
-        _field(ev.GLUONDIST_RANK,
-               "metadata.annotations['batch.kubernetes.io/job-completion-index']"),
-        {"name": ev.GLUONDIST_KVSTORE, "value": kvstore},
-        {"name": "PYTHONUNBUFFERED", "value": "1"},
-    ]
-    items = [
-        {"apiVersion": "v1", "kind": "Service",
-         "metadata": {"name": scheduler_host, "labels": labels},
-         "spec": {"clusterIP": "None", "selector": scheduler_labels,
-                  "publishNotReadyAddresses": True,  # resolvable as soon as it runs
-                  "ports": [{"name": "scheduler", "port": port, "targetPort": port}]}},
-        {"apiVersion": "v1", "kind": "Pod",
-         "metadata": {"name": scheduler_host, "labels": scheduler_labels},
-         "spec": {"restartPolicy": "Never",
-                  "containers": [container("scheduler", SERVER_COMMAND, node_ip)]}},
-        indexed_job("server", num_servers, SERVER_COMMAND, node_ip),
-        indexed_job("worker", num_workers, command, worker_env, gpus_per_worker),
-    ]
-    return {"apiVersion": "v1", "kind": "List", "items": items}
+        },
+    }
+    service = {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"clusterIP": "None", "selector": labels,
+                 "publishNotReadyAddresses": True,  # resolvable as soon as a pod runs
+                 "ports": [{"name": "scheduler", "port": port, "targetPort": port}]},
+    }
+    return {"apiVersion": "v1", "kind": "List", "items": [service, job]}

@@ -55,7 +55,7 @@ def worker_argv(command: Sequence[str], python: str) -> Tuple[str, ...]:
     if cmd and cmd[0].endswith(".py"):
         return (python, *BOOTSTRAP, *cmd)
     if len(cmd) >= 2 and (cmd[1] == "-m" or cmd[1].endswith(".py")) \
-            and _is_python(cmd[0]) and _same_file(cmd[0], python):
+            and is_python(cmd[0]) and _same_file(cmd[0], python):
         return (python, *BOOTSTRAP, *cmd[1:])
     return cmd
 
@@ -64,7 +64,8 @@ def runs_bootstrap(argv: Sequence[str]) -> bool:
     return len(argv) >= 3 and tuple(argv[1:3]) == BOOTSTRAP
 
 
-def _is_python(name: str) -> bool:
+def is_python(name: str) -> bool:
+    """Whether a command's name is a Python interpreter's (python, python3, python3.11)."""
     return re.fullmatch(r"python[0-9.]*", os.path.basename(name)) is not None
 
 

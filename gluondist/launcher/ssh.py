@@ -57,15 +57,20 @@ def say(text):
         os.write(2, (text + "\n").encode())
     except OSError:
         pass
+stopping = []
+def killpg(sig):
+    try:
+        os.killpg(child.pid, sig)
+    except OSError:
+        pass
 def stop(*_):
-    for sig, wait in ((signal.SIGTERM, 3), (signal.SIGKILL, None)):
-        try:
-            os.killpg(child.pid, sig)
-            child.wait(wait)
-            break
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-    os._exit(128 + signal.SIGTERM)
+    # No child.wait() here: a signal handler interrupts the main thread's wait, which holds
+    # Popen's lock. Pass SIGTERM on, SIGKILL 3 s later; the main thread's wait then returns.
+    stopping.append(1)
+    killpg(signal.SIGTERM)
+    timer = threading.Timer(3.0, killpg, (signal.SIGKILL,))
+    timer.daemon = True
+    timer.start()
 def watch():
     line = sys.stdin.readline()
     while line:
@@ -96,10 +101,9 @@ threading.Thread(target=watch, daemon=True).start()
 if job.get("progress"):
     threading.Thread(target=cpu, daemon=True).start()
 code = child.wait()
-try:
-    os.killpg(child.pid, signal.SIGKILL)  # whatever the command left behind
-except OSError:
-    pass
+killpg(signal.SIGKILL)  # whatever the command left behind
+if stopping:
+    os._exit(128 + signal.SIGTERM)
 if error_file:
     try:
         with open(error_file) as f:
