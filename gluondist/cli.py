@@ -9,6 +9,7 @@ import threading
 
 import click
 
+from . import envvars as ev
 from .kinds import DIST_KINDS
 from .launcher.errors import LaunchError
 from .launcher.options import LaunchOptions
@@ -36,29 +37,29 @@ def cli():
 
 @cli.command(context_settings={"allow_interspersed_args": False})
 @click.option("-n", "--num-workers", type=int, default=1, show_default=True,
-              envvar="GLUONDIST_NUM_WORKERS", help="Worker processes.")
+              envvar=ev.GLUONDIST_NUM_WORKERS, help="Worker processes.")
 @click.option("-s", "--num-servers", type=int, default=1, show_default=True,
-              envvar="GLUONDIST_NUM_SERVERS", help="Parameter-server processes.")
-@click.option("--kvstore", default="dist_sync", show_default=True, envvar="GLUONDIST_KVSTORE",
+              envvar=ev.GLUONDIST_NUM_SERVERS, help="Parameter-server processes.")
+@click.option("--kvstore", default="dist_sync", show_default=True, envvar=ev.GLUONDIST_KVSTORE,
               help="What kvstore='auto' means in the job: dist_sync, dist_async or "
                    "dist_device_sync.")
 @click.option("--start-timeout", type=float, default=300.0, show_default=True,
               help="Seconds for every worker and server to join before the job fails.")
-@click.option("--log-dir", type=click.Path(file_okay=False), envvar="GLUONDIST_LOG_DIR",
+@click.option("--log-dir", type=click.Path(file_okay=False), envvar=ev.GLUONDIST_LOG_DIR,
               help="Also write each process's output to DIR/<role>.<rank>.log.")
 @click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE",
               help="Set an environment variable in every process (repeatable).")
 @click.option("--threads", type=int, default=None,
               help="OMP_NUM_THREADS per worker [default: cores / workers, unless set].")
 @click.option("--max-restarts", type=int, default=0, show_default=True,
-              envvar="GLUONDIST_MAX_RESTARTS",
+              envvar=ev.GLUONDIST_MAX_RESTARTS,
               help="Start a failed job again (all of it, fresh ports) up to this many times; "
                    "fit(checkpoint_dir=...) resumes from the last complete epoch.")
 @click.option("--launcher", "launcher_kind", default="local", show_default=True,
-              envvar="GLUONDIST_LAUNCHER",
+              envvar=ev.GLUONDIST_LAUNCHER,
               help="local; ssh to place processes on -H hosts; slurm inside an allocation.")
 @click.option("-H", "--hostfile", "--hosts", "hosts_arg", metavar="HOSTFILE|HOST:SLOTS,...",
-              envvar="GLUONDIST_HOSTS",
+              envvar=ev.GLUONDIST_HOSTS,
               help="A hostfile (lines `host slots=N`) or inline host1:2,host2:2.")
 @click.option("--interface", default=None, help="Network interface ps-lite uses on each host.")
 @click.option("--gpus-per-worker", type=int, default=0, show_default=True,
@@ -69,7 +70,7 @@ def cli():
               help="The address the others reach the scheduler at, when it differs from its "
                    "host's (NAT, containers); the scheduler then binds 0.0.0.0.")
 @click.option("--stall-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              envvar="GLUONDIST_STALL_TIMEOUT", metavar="SECONDS",
+              envvar=ev.GLUONDIST_STALL_TIMEOUT, metavar="SECONDS",
               help="Stop the job (exit 124, restartable) when no worker made progress for this "
                    "long, and show every worker's stack [default: off; 300 recommended].")
 @click.option("--dry-run", is_flag=True, help="Print every process to start, start none.")

@@ -16,9 +16,9 @@ import subprocess
 import sys
 import threading
 
+from gluondist.envvars import JOB_COMPLETION_INDEX as INDEX
 from gluondist.launcher.roles import role_env, role_of_index, server_argv, worker_argv
 
-INDEX = "JOB_COMPLETION_INDEX"  # set by Kubernetes in every pod of an Indexed Job
 STOP_GRACE = 5.0  # seconds between passing SIGTERM on and SIGKILL
 
 

@@ -37,7 +37,7 @@ def role_env(role: str, rank: int, kvstore: str, restart: int = 0) -> Dict[str, 
     env = {ev.DMLC_ROLE: role}
     if role == "worker":
         env.update({ev.GLUONDIST_RANK: str(rank), ev.GLUONDIST_KVSTORE: kvstore,
-                    ev.GLUONDIST_RESTART_COUNT: str(restart), "PYTHONUNBUFFERED": "1"})
+                    ev.GLUONDIST_RESTART_COUNT: str(restart), ev.PYTHONUNBUFFERED: "1"})
     return env
 
 

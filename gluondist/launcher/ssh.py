@@ -43,10 +43,10 @@ env.update(job["env"])
 side, fds, error_file = job.get("side"), (), None
 if side:
     error_file = os.path.join(tempfile.mkdtemp(prefix="gluondist-"), "error.json")
-    env["GLUONDIST_ERROR_FILE"] = error_file
+    env[@ERROR_FILE@] = error_file
     if job.get("progress"):
         fds = (os.dup(2),)
-        env["GLUONDIST_PROGRESS_FD"] = str(fds[0])
+        env[@PROGRESS_FD@] = str(fds[0])
 child = subprocess.Popen(job["argv"], env=env, stdin=subprocess.DEVNULL,
                          stderr=subprocess.STDOUT if side else None, start_new_session=True,
                          pass_fds=fds)
@@ -113,6 +113,10 @@ if error_file:
     shutil.rmtree(os.path.dirname(error_file), ignore_errors=True)
 sys.exit(128 - code if code < 0 else code)
 """
+
+# the variable names come from envvars, like everyone else's
+WRAPPER = WRAPPER.replace("@ERROR_FILE@", repr(ev.GLUONDIST_ERROR_FILE)).replace(
+    "@PROGRESS_FD@", repr(ev.GLUONDIST_PROGRESS_FD))
 
 PREFLIGHT = ("import importlib.util, sys; "
              "sys.exit(0 if importlib.util.find_spec('mxnet') else 3)")
