@@ -19,9 +19,10 @@ from .. import envvars as ev
 def write(path: str, exc: BaseException, traceback_lines: List[str],
           when: Optional[float] = None) -> None:
     """Record ``exc`` (raised at ``when``, default now) at ``path``, atomically."""
-    record = {"type": type(exc).__name__, "message": str(exc),
-              "traceback": [l for chunk in traceback_lines for l in chunk.rstrip("\n").split("\n")],
-              "time": time.time() if when is None else when, "rank": os.environ.get(ev.GLUONDIST_RANK),
+    lines = [l for chunk in traceback_lines for l in chunk.rstrip("\n").split("\n")]
+    record = {"type": type(exc).__name__, "message": str(exc), "traceback": lines,
+              "time": time.time() if when is None else when,
+              "rank": os.environ.get(ev.GLUONDIST_RANK),
               "host": socket.gethostname(), "pid": os.getpid()}
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
