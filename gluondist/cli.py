@@ -158,20 +158,28 @@ def manifest():
               default="dist_sync", show_default=True)
 @click.option("--gpus-per-worker", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE")
+@click.option("--layout", type=click.Choice(["one-job", "per-role"]), default="one-job",
+              show_default=True,
+              help="one-job: any failure ends every pod, one pod template for all roles; "
+                   "per-role: a Job per role with its own resources (GPUs for workers only), "
+                   "but a worker's failure does not end the scheduler and servers.")
+@click.option("--active-deadline", type=click.IntRange(min=1), default=None, metavar="SECONDS",
+              help="activeDeadlineSeconds of every Job: Kubernetes ends it after that long.")
 @click.option("-o", "--output", type=click.File("w"), default="-", show_default=True)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def manifest_kubernetes(num_workers, num_servers, image, name, port, kvstore, gpus_per_worker,
-                        env_pairs, output, command):
+                        env_pairs, layout, active_deadline, output, command):
     """Kubernetes objects (JSON, for `kubectl apply -f`) running COMMAND as the workers of a
-    parameter-server job: one Indexed Job (index 0 the scheduler, then the servers, then the
-    workers) that fails, ending every pod, when any process fails; and a headless Service."""
+    parameter-server job, and a headless Service. By default one Indexed Job (index 0 the
+    scheduler, then the servers, then the workers) that fails, ending every pod, when any
+    process fails."""
     import json
     import re
     from .manifests import kubernetes
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?", name):
         raise LaunchError(f"--name {name!r} must be a DNS label: lowercase letters, digits, '-'")
     objects = kubernetes(name, image, command, num_workers, num_servers, port, kvstore,
-                         gpus_per_worker, _env_pairs(env_pairs))
+                         gpus_per_worker, _env_pairs(env_pairs), layout, active_deadline)
     output.write(json.dumps(objects, indent=2) + "\n")
 
 

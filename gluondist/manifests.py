@@ -30,55 +30,76 @@ def _field(name: str, path: str) -> dict:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def scheduler_host(name: str) -> str:
+LAYOUTS = ("one-job", "per-role")
+
+
+def scheduler_host(name: str, layout: str = "one-job") -> str:
     """The scheduler pod's DNS name: index 0's hostname under the headless Service."""
-    return f"{name}-0.{name}"
+    job = name if layout == "one-job" else f"{name}-scheduler"
+    return f"{job}-0.{name}"
 
 
-def container_command(command: Sequence[str], num_servers: int, kvstore: str) -> List[str]:
+def container_command(command: Sequence[str], num_servers: int, kvstore: str,
+                      role: Optional[str] = None) -> List[str]:
     """The pod entry, run by the command's own Python when the command is ``python ...``."""
     python = command[0] if command and is_python(command[0]) else "python"
-    return [python, *POD_ENTRY, "--servers", str(num_servers), "--kvstore", kvstore, "--",
-            *command]
+    chosen = ["--role", role] if role else []
+    return [python, *POD_ENTRY, "--servers", str(num_servers), "--kvstore", kvstore, *chosen,
+            "--", *command]
 
 
 def kubernetes(name: str, image: str, command: Sequence[str], num_workers: int,
                num_servers: int, port: int = 9091, kvstore: str = "dist_sync",
-               gpus_per_worker: int = 0, env: Optional[Dict[str, str]] = None) -> dict:
-    """A ``v1 List`` of the objects to ``kubectl apply -f``: a headless Service and one Indexed
-    Job of ``1 + num_servers + num_workers`` pods."""
+               gpus_per_worker: int = 0, env: Optional[Dict[str, str]] = None,
+               layout: str = "one-job", active_deadline: Optional[int] = None) -> dict:
+    """A ``v1 List`` of the objects to ``kubectl apply -f``: a headless Service and, with the
+    ``one-job`` layout, one Indexed Job of ``1 + num_servers + num_workers`` pods; with
+    ``per-role``, one Indexed Job per role (each its own resources; GPUs for workers only), in
+    which a failing worker fails only the workers' Job. ``active_deadline`` bounds every Job's
+    run time (``activeDeadlineSeconds``)."""
     if kvstore not in DIST_KINDS:
         raise ValueError(f"kvstore {kvstore!r} is not one of {', '.join(DIST_KINDS)}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
     labels = {"app.kubernetes.io/name": "gluondist", "gluondist.io/job": name}
-    count = 1 + num_servers + num_workers
-    common = job_env(scheduler_host(name), port, num_workers, num_servers, verbose=False)
+    common = job_env(scheduler_host(name, layout), port, num_workers, num_servers, verbose=False)
     # ps-lite binds the scheduler to 0.0.0.0 instead of its DNS name under this flag
     common[ev.DMLC_USE_KUBERNETES] = "1"
-    container = {
-        "name": CONTAINER, "image": image,
-        "command": container_command(command, num_servers, kvstore),
-        "env": _env({**common, **(env or {})}) + [_field(ev.DMLC_NODE_HOST, "status.podIP")],
-        "ports": [{"containerPort": port, "name": "scheduler"}],
-    }
-    if gpus_per_worker:  # one template: the scheduler and servers ask for them too
-        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus_per_worker)}}
-    job = {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
+    env_list = _env({**common, **(env or {})}) + [_field(ev.DMLC_NODE_HOST, "status.podIP")]
+
+    def job(job_name: str, count: int, role: Optional[str], gpus: int) -> dict:
+        container = {"name": CONTAINER, "image": image, "env": env_list,
+                     "command": container_command(command, num_servers, kvstore, role)}
+        if role in (None, "scheduler"):
+            container["ports"] = [{"containerPort": port, "name": "scheduler"}]
+        if gpus:
+            container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+        role_labels = {**labels, "gluondist.io/role": role} if role else labels
+        spec = {
             "completions": count, "parallelism": count, "completionMode": "Indexed",
             "backoffLimit": 0,
             # any process failing fails the Job; Kubernetes then ends all its other pods
             "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
                 "containerName": CONTAINER, "operator": "NotIn", "values": [0]}}]},
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {"labels": role_labels},
                 "spec": {"restartPolicy": "Never", "subdomain": name,
                          "terminationGracePeriodSeconds": GRACE_SECONDS,
                          "containers": [container]},
             },
-        },
-    }
+        }
+        if active_deadline:
+            spec["activeDeadlineSeconds"] = active_deadline
+        return {"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": job_name, "labels": role_labels}, "spec": spec}
+
+    if layout == "one-job":
+        # one template: with GPUs, the scheduler and servers ask for them too
+        jobs = [job(name, 1 + num_servers + num_workers, None, gpus_per_worker)]
+    else:
+        jobs = [job(f"{name}-scheduler", 1, "scheduler", 0),
+                job(f"{name}-server", num_servers, "server", 0),
+                job(f"{name}-worker", num_workers, "worker", gpus_per_worker)]
     service = {
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "labels": labels},
@@ -86,4 +107,4 @@ def kubernetes(name: str, image: str, command: Sequence[str], num_workers: int,
                  "publishNotReadyAddresses": True,  # resolvable as soon as a pod runs
                  "ports": [{"name": "scheduler", "port": port, "targetPort": port}]},
     }
-    return {"apiVersion": "v1", "kind": "List", "items": [service, job]}
+    return {"apiVersion": "v1", "kind": "List", "items": [service, *jobs]}

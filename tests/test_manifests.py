@@ -17,8 +17,10 @@ def env_of(container):
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
 
 
-def test_every_object_is_valid_kubernetes():
-    for item in kubernetes("job", "img:1", ["python", "t.py"], 4, 2, gpus_per_worker=2)["items"]:
+@pytest.mark.parametrize("layout", ["one-job", "per-role"])
+def test_every_object_is_valid_kubernetes(layout):
+    for item in kubernetes("job", "img:1", ["python", "t.py"], 4, 2, gpus_per_worker=2,
+                           layout=layout, active_deadline=3600)["items"]:
         kubernetes_validate.validate(item, K8S, strict=True)
 
 
@@ -50,6 +52,23 @@ def test_one_indexed_job_that_fails_whole_on_any_nonzero_exit():
         "DMLC_NUM_WORKER": "4", "DMLC_NUM_SERVER": "2", "DMLC_USE_KUBERNETES": "1", "A": "b",
         "DMLC_NODE_HOST": {"fieldRef": {"fieldPath": "status.podIP"}}}
     assert container["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+
+
+def test_per_role_jobs_give_gpus_to_workers_only():
+    objects = by_kind(kubernetes("train", "img:1", ["python3", "t.py"], 4, 2, gpus_per_worker=1,
+                                 layout="per-role", active_deadline=600))
+    assert sorted(objects) == [("Job", "train-scheduler"), ("Job", "train-server"),
+                               ("Job", "train-worker"), ("Service", "train")]
+    for role, count in (("scheduler", 1), ("server", 2), ("worker", 4)):
+        spec = objects[("Job", f"train-{role}")]["spec"]
+        (container,) = spec["template"]["spec"]["containers"]
+        assert spec["completions"] == count and spec["activeDeadlineSeconds"] == 600
+        assert container["command"] == [
+            "python3", "-m", "gluondist.launcher.pod", "--servers", "2", "--kvstore",
+            "dist_sync", "--role", role, "--", "python3", "t.py"]
+        assert env_of(container)["DMLC_PS_ROOT_URI"] == "train-scheduler-0.train"
+        assert ("resources" in container) == (role == "worker")
+        assert spec["podFailurePolicy"]["rules"][0]["action"] == "FailJob"
 
 
 def manifest_cli(*args):

@@ -1,9 +1,10 @@
-"""The container command of a Kubernetes job (see gluondist/manifests.py): one Indexed Job
-whose completion index picks the role, ``python -m gluondist.launcher.pod --servers S
---kvstore K -- COMMAND ...``.
+"""The container command of a Kubernetes job (see gluondist/manifests.py),
+``python -m gluondist.launcher.pod --servers S --kvstore K [--role R] -- COMMAND ...``.
 
-Index 0 runs the scheduler, the next S the servers (MXNet's server loop), the rest the workers
-(COMMAND under the worker bootstrap, so a failure exits with the script's code at once). The
+In one Indexed Job for the whole job the completion index picks the role: index 0 runs the
+scheduler, the next S the servers (MXNet's server loop), the rest the workers (COMMAND under
+the worker bootstrap, so a failure exits with the script's code at once). With ``--role`` (one
+Indexed Job per role) the index is the rank within that role. The
 role's environment comes from roles.py, as for every other launcher. This process stays as the
 container's PID 1: it passes SIGTERM (Kubernetes ending the pod) to the role's process tree,
 which PID 1's default of ignoring SIGTERM would not, and exits with the role's code.
@@ -26,12 +27,14 @@ def main(argv) -> int:
     parser = argparse.ArgumentParser(prog="python -m gluondist.launcher.pod")
     parser.add_argument("--servers", type=int, required=True)
     parser.add_argument("--kvstore", default="dist_sync")
+    parser.add_argument("--role", choices=("scheduler", "server", "worker"))
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if INDEX not in os.environ or not command:
         parser.error(f"needs {INDEX} (an Indexed Job's pod) and a command after --")
-    role, rank = role_of_index(int(os.environ[INDEX]), args.servers)
+    index = int(os.environ[INDEX])
+    role, rank = (args.role, index) if args.role else role_of_index(index, args.servers)
     env = {**os.environ, **role_env(role, rank, args.kvstore)}
     run = worker_argv(command, sys.executable) if role == "worker" else server_argv(sys.executable)
     child = subprocess.Popen(list(run), env=env, start_new_session=True)
