@@ -1,7 +1,6 @@
 """Watch one attempt of a job to its end and say what went wrong first."""
 from __future__ import annotations
 
-import logging
 import re
 import socket
 import time
@@ -13,7 +12,6 @@ from .plan import LaunchPlan, ProcessSpec
 from .process import Child, ProcessGroup, describe_exit, exit_status
 from .stall import STALL_EXIT, StallWatch
 
-log = logging.getLogger(__name__)
 
 # ps-lite's messages (PS_VERBOSE=1), which tell when a node started its kvstore and when the
 # scheduler has everyone.

@@ -111,21 +111,22 @@ class Child:
         self.last_output = time.monotonic()
         self._on_line, self._log = on_line, log_file
         self._lock = threading.Lock()
-        self.reader = threading.Thread(target=self._read, args=(proc.stdout,),
+        self.reader = threading.Thread(target=self._read, args=(proc.stdout, False),
                                        name=f"read {spec.label}", daemon=True)
         self.reader.start()
         self.side_reader = None
         if side is not None:
-            self.side_reader = threading.Thread(target=self._read, args=(side,),
+            self.side_reader = threading.Thread(target=self._read, args=(side, True),
                                                 name=f"side {spec.label}", daemon=True)
             self.side_reader.start()
 
-    def _read(self, stream) -> None:
+    def _read(self, stream, side: bool) -> None:
         # Whole lines as bytes, decoded one by one: a UTF-8 character split across reads can
-        # never reach the decoder in halves.
+        # never reach the decoder in halves. On the side channel, what is not ours (ssh's own
+        # messages) is output like the rest; on stdout nothing is taken for ours.
         for raw in iter(stream.readline, b""):
             line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-            if line.startswith(SIDE) and self._side(line):
+            if side and line.startswith(SIDE) and self._side(line):
                 continue
             with self._lock:  # two readers (output, side channel) share the log and the tail
                 self._output(raw, line)

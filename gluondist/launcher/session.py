@@ -10,7 +10,6 @@ every output line, filtered or not, to ``record(spec, line)``.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 from typing import Callable, Mapping, Optional
 
@@ -24,7 +23,6 @@ from .plan import LaunchPlan, ProcessSpec, build_plan
 from .process import ProcessGroup
 from .report import failure_lines, final_lines
 
-log = logging.getLogger(__name__)
 PORT_ATTEMPTS = 3
 Show = Callable[[str, bool], None]
 
@@ -107,7 +105,7 @@ def launch_job(options: LaunchOptions, show: Show,
         result.attempts, result.plan = 1 + restarts + port_retries, plan
         if result.exit_code != 0 and scheduler_port_taken(result) \
                 and port_retries < PORT_ATTEMPTS - 1:
-            log.warning("the scheduler's port %d was taken; retrying on another", port)
+            show(f"gluondist: the scheduler's port {port} was taken; retrying on another", True)
             port_retries += 1
             continue
         if result.exit_code == 0 or restarts >= options.max_restarts:
