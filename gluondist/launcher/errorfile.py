@@ -20,7 +20,7 @@ def write(path: str, exc: BaseException, traceback_lines: List[str],
           when: Optional[float] = None) -> None:
     """Record ``exc`` (raised at ``when``, default now) at ``path``, atomically."""
     lines = [l for chunk in traceback_lines for l in chunk.rstrip("\n").split("\n")]
-    record = {"type": type(exc).__name__, "message": str(exc), "traceback": lines,
+    record = {"type": type(exc).__name__, "message": _message(exc), "traceback": lines,
               "time": time.time() if when is None else when,
               "rank": os.environ.get(ev.GLUONDIST_RANK),
               "host": socket.gethostname(), "pid": os.getpid()}
@@ -28,6 +28,13 @@ def write(path: str, exc: BaseException, traceback_lines: List[str],
     with open(tmp, "w") as f:
         json.dump(record, f)
     os.replace(tmp, path)  # the launcher never reads half a file
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # an exception whose __str__ fails still gets recorded
+        return f"<{type(exc).__name__}: unprintable>"
 
 
 def read(path: str) -> Optional[dict]:
