@@ -1,4 +1,5 @@
 """--stall-timeout: a real 2-worker job in which one worker stops making progress."""
+import re
 import time
 
 import pytest
@@ -7,6 +8,10 @@ from conftest import SCRIPTS, wait_until
 
 pytestmark = pytest.mark.slow
 STALL = str(SCRIPTS / "stall_job.py")
+
+
+def stalled_for(err):
+    return int(re.search(r"no worker made progress for (\d+)s", err).group(1))
 
 
 def stuck_seconds(tmp_path, job, timeout):
@@ -22,8 +27,11 @@ def test_a_worker_that_stops_is_found_with_its_stack(launch, tmp_path):
     job = launch("-n", 2, "-s", 1, "--stall-timeout", 8, STALL, "beat", 1)
     code, took = stuck_seconds(tmp_path, job, 8)
     assert code == 124, job.err
-    assert took < 8 + 6, took  # detected within the timeout plus a few seconds
-    assert "the job stalled: no worker made progress for" in job.err
+    # detected within the timeout plus a few seconds: the launcher's own account, and the
+    # wall time from the stuck moment to its exit (stacks and teardown included; generous for
+    # a loaded machine)
+    assert stalled_for(job.err) <= 8 + 2, job.err
+    assert took < 8 + 15, took
     assert "(--stall-timeout 8)" in job.err
     assert "exit code 124 (stalled)" in job.err
     # its frame, from the stack the bootstrap dumped on request
@@ -39,7 +47,8 @@ def test_a_worker_without_heartbeat_is_judged_by_its_cpu(launch, tmp_path):
     job = launch("-n", 2, "-s", 1, "--stall-timeout", 8, STALL, "quiet", 0)
     code, took = stuck_seconds(tmp_path, job, 8)
     assert code == 124, job.err
-    assert took < 8 + 8, took
+    assert stalled_for(job.err) <= 8 + 2, job.err  # CPU is sampled once a second
+    assert took < 8 + 15, took
     assert "no heartbeat; CPU idle for" in job.err
     assert "in stuck_forever" in job.err.split("worker 0's stack")[1]
     assert job.leftovers() == []
