@@ -50,6 +50,11 @@ class LaunchOptions:
             object.__setattr__(self, "hosts", tuple(self.hosts))
 
     @property
+    def num_processes(self) -> int:
+        """Scheduler, servers and workers: one port each."""
+        return 1 + self.num_servers + self.num_workers
+
+    @property
     def is_script(self) -> bool:
         return bool(self.command) and self.command[0].endswith(".py")
 
@@ -58,6 +63,9 @@ class LaunchOptions:
         system but changes nothing (the launch creates ``log_dir``)."""
         if not self.command:
             raise LaunchError("nothing to run: give a SCRIPT.py or `-- COMMAND ...`")
+        if isinstance(self.hosts, str):
+            raise LaunchError(f"hosts {self.hosts!r} not read yet: session.resolve() reads -H "
+                              "before validating")
         head = self.command[0]
         if self.is_script and not os.path.isfile(head):
             raise LaunchError(f"script {head!r} not found; give the path of a .py file")

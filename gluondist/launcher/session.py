@@ -71,7 +71,7 @@ def local_gpus() -> int:
 
 def dry_run(options: LaunchOptions, base_env: Mapping[str, str], cores: int) -> LaunchPlan:
     options = resolve(options, base_env)
-    port, *nodes = free_ports(1 + options.num_servers + options.num_workers, options.host)
+    port, *nodes = free_ports(options.num_processes, options.host)
     return build_plan(options, port, nodes, cores, base_env)
 
 
@@ -96,7 +96,7 @@ def launch_job(options: LaunchOptions, show: Show,
     on_line = _console(show, record, hide_chatter=ev.PS_VERBOSE not in base_env)
     restarts, port_retries, failures = 0, 0, []
     while True:
-        port, *node_ports = ports(1 + options.num_servers + options.num_workers, options.host)
+        port, *node_ports = ports(options.num_processes, options.host)
         plan = build_plan(options, port, node_ports, cores, base_env, restarts)
         if restarts == port_retries == 0:
             for note in plan.notes:
