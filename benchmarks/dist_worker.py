@@ -2,7 +2,8 @@
 
 train: an MLP trained for STEPS steps; rank 0 prints `THROUGHPUT <steps/s>` measured after
 warm-up. trivial: join the job and leave. die: rank 1 trains a little, writes the time to
-died.<port> and exits 3 while the others keep training.
+died.<port> and exits 3 while the others keep training. Every step calls
+gluondist.heartbeat.beat(), as fit does: a no-op unless launched with --stall-timeout.
 """
 import os
 import sys
@@ -10,6 +11,8 @@ import time
 
 import mxnet as mx
 from mxnet import autograd, gluon
+
+from gluondist import heartbeat
 
 mode = sys.argv[1]
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 200
@@ -35,6 +38,7 @@ def step():
         loss = loss_fn(net(x), y)
     loss.backward()
     trainer.step(batch * kv.num_workers)
+    heartbeat.beat()
 
 
 for _ in range(20):

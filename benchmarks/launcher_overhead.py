@@ -5,7 +5,10 @@ Alternated in one run, 2 workers and 1 server on loopback, the same OMP_NUM_THRE
   * wall time of a trivial job (join and leave): launcher - raw, target within 0.3 s;
   * from a worker's death (sys.exit(3)) to the launcher's exit: target <= 2 s.
 
-    python benchmarks/launcher_overhead.py [--repeats 5] [--steps 300]
+    python benchmarks/launcher_overhead.py [--repeats 5] [--steps 300] [--stall-timeout 60]
+
+With --stall-timeout the launched jobs run with stall detection on (heartbeats from every step,
+the launcher watching them); the raw spawn stays as it is.
 """
 import argparse
 import os
@@ -45,9 +48,12 @@ def raw_spawn(args, cwd, workers=2):
     return out
 
 
+LAUNCH_FLAGS = []
+
+
 def launcher(args, cwd, workers=2):
     proc = subprocess.run([sys.executable, "-m", "gluondist.cli", "launch", "-n", str(workers),
-                           "-s", "1", WORKER, *args], env={**os.environ, **THREADS}, cwd=cwd,
+                           "-s", "1", *LAUNCH_FLAGS, WORKER, *args], env={**os.environ, **THREADS}, cwd=cwd,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc.stdout, proc.returncode
 
@@ -62,7 +68,11 @@ def main():
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--trivial-repeats", type=int, default=4,
                         help="trivial-job pairs per repeat: its timing is mostly import noise")
+    parser.add_argument("--stall-timeout", type=float, default=None,
+                        help="launch with stall detection on (seconds)")
     args = parser.parse_args()
+    if args.stall_timeout is not None:
+        LAUNCH_FLAGS.extend(["--stall-timeout", str(args.stall_timeout)])
     cwd = tempfile.mkdtemp()
     ratios, walls, deaths = [], [], []
     for rep in range(args.repeats):

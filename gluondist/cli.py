@@ -9,11 +9,12 @@ import threading
 
 import click
 
-from . import envvars
-from .launcher.hosts import parse_hostfile, parse_inline
-from .launcher.monitor import LaunchResult, free_ports, is_pslite_chatter, run
-from .launcher.options import LaunchError, LaunchOptions
-from .launcher.plan import LaunchPlan, ProcessSpec, build_plan
+from . import envvars as ev
+from .kinds import DIST_KINDS
+from .launcher.errors import LaunchError
+from .launcher.options import LaunchOptions
+from .launcher.plan import LaunchPlan
+from .launcher.session import dry_run as plan_only, launch_job
 
 
 class _Terminated(Exception):
@@ -22,7 +23,10 @@ class _Terminated(Exception):
 
 
 def _say(message: str) -> None:
-    click.echo(f"gluondist: {message}", err=True)
+    try:
+        click.echo(f"gluondist: {message}", err=True)
+    except OSError:  # the terminal is gone (SIGHUP): the exit code still tells
+        pass
 
 
 @click.group()
@@ -33,29 +37,29 @@ def cli():
 
 @cli.command(context_settings={"allow_interspersed_args": False})
 @click.option("-n", "--num-workers", type=int, default=1, show_default=True,
-              envvar="GLUONDIST_NUM_WORKERS", help="Worker processes.")
+              envvar=ev.GLUONDIST_NUM_WORKERS, help="Worker processes.")
 @click.option("-s", "--num-servers", type=int, default=1, show_default=True,
-              envvar="GLUONDIST_NUM_SERVERS", help="Parameter-server processes.")
-@click.option("--kvstore", default="dist_sync", show_default=True, envvar="GLUONDIST_KVSTORE",
+              envvar=ev.GLUONDIST_NUM_SERVERS, help="Parameter-server processes.")
+@click.option("--kvstore", default="dist_sync", show_default=True, envvar=ev.GLUONDIST_KVSTORE,
               help="What kvstore='auto' means in the job: dist_sync, dist_async or "
                    "dist_device_sync.")
 @click.option("--start-timeout", type=float, default=300.0, show_default=True,
               help="Seconds for every worker and server to join before the job fails.")
-@click.option("--log-dir", type=click.Path(file_okay=False), envvar="GLUONDIST_LOG_DIR",
+@click.option("--log-dir", type=click.Path(file_okay=False), envvar=ev.GLUONDIST_LOG_DIR,
               help="Also write each process's output to DIR/<role>.<rank>.log.")
 @click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE",
               help="Set an environment variable in every process (repeatable).")
 @click.option("--threads", type=int, default=None,
               help="OMP_NUM_THREADS per worker [default: cores / workers, unless set].")
 @click.option("--max-restarts", type=int, default=0, show_default=True,
-              envvar="GLUONDIST_MAX_RESTARTS",
+              envvar=ev.GLUONDIST_MAX_RESTARTS,
               help="Start a failed job again (all of it, fresh ports) up to this many times; "
                    "fit(checkpoint_dir=...) resumes from the last complete epoch.")
 @click.option("--launcher", "launcher_kind", default="local", show_default=True,
-              envvar="GLUONDIST_LAUNCHER",
+              envvar=ev.GLUONDIST_LAUNCHER,
               help="local; ssh to place processes on -H hosts; slurm inside an allocation.")
 @click.option("-H", "--hostfile", "--hosts", "hosts_arg", metavar="HOSTFILE|HOST:SLOTS,...",
-              envvar="GLUONDIST_HOSTS",
+              envvar=ev.GLUONDIST_HOSTS,
               help="A hostfile (lines `host slots=N`) or inline host1:2,host2:2.")
 @click.option("--interface", default=None, help="Network interface ps-lite uses on each host.")
 @click.option("--gpus-per-worker", type=int, default=0, show_default=True,
@@ -65,64 +69,54 @@ def cli():
 @click.option("--scheduler-address", default=None,
               help="The address the others reach the scheduler at, when it differs from its "
                    "host's (NAT, containers); the scheduler then binds 0.0.0.0.")
+@click.option("--stall-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              envvar=ev.GLUONDIST_STALL_TIMEOUT, metavar="SECONDS",
+              help="Stop the job (exit 124, restartable) when no worker made progress for this "
+                   "long, and show every worker's stack [default: off; 300 recommended].")
 @click.option("--dry-run", is_flag=True, help="Print every process to start, start none.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs, threads,
            max_restarts, launcher_kind, hosts_arg, interface, gpus_per_worker, ssh_config,
-           scheduler_address, dry_run, command):
+           scheduler_address, stall_timeout, dry_run, command):
     """Run COMMAND (SCRIPT.py [ARGS] or -- ANY COMMAND) as a parameter-server job: a
     scheduler, servers and workers on this machine (or, with --launcher ssh|slurm, on other
     hosts), watched until the end.
 
-    The first process to fail is reported with its last lines, every other one is stopped,
-    and the exit code is the failing worker's own (128+N for signal N)."""
-    env = _env_pairs(env_pairs)
-    hosts, source = _read_hosts(hosts_arg) if hosts_arg else ((), "the hosts")
-    if launcher_kind == "slurm":
-        if hosts:
-            raise LaunchError("--launcher slurm takes its hosts from the allocation; drop -H")
-        from .launcher.slurm import allocation_hosts
-        hosts, source = allocation_hosts(os.environ), "the Slurm allocation"
+    The first process to fail is reported with its traceback or last lines, every other one is
+    stopped, and the exit code is the failing worker's own (128+N for signal N; 124 for a
+    stall)."""
     options = LaunchOptions(tuple(command), num_workers, num_servers, kvstore,
-                            start_timeout=start_timeout, log_dir=log_dir, env=env,
-                            threads=threads, max_restarts=max_restarts, launcher=launcher_kind,
-                            hosts=hosts, hosts_source=source, interface=interface,
+                            start_timeout=start_timeout, log_dir=log_dir,
+                            env=_env_pairs(env_pairs), threads=threads,
+                            max_restarts=max_restarts, launcher=launcher_kind,
+                            hosts=hosts_arg or (), interface=interface,
                             gpus_per_worker=gpus_per_worker, ssh_config=ssh_config,
-                            scheduler_address=scheduler_address).validate()
+                            scheduler_address=scheduler_address, stall_timeout=stall_timeout)
     cores = os.cpu_count() or 1
     if dry_run:
-        port, *nodes = free_ports(1 + num_servers + num_workers)
-        _print_plan(build_plan(options, port, nodes, cores, os.environ))
+        _print_plan(plan_only(options, os.environ, cores))
         return
-    hide_chatter = envvars.PS_VERBOSE not in os.environ
     lock = threading.Lock()
-    out = sys.stdout
 
-    def on_line(spec: ProcessSpec, line: str) -> None:
-        if hide_chatter and is_pslite_chatter(line):
-            return
+    def show(text: str, note: bool) -> None:
+        stream = sys.stderr if note else sys.stdout
         with lock:  # one write per line: lines from different processes never mix
-            out.write(f"[{spec.label}] {line}\n")
-            out.flush()
+            try:
+                stream.write(text + "\n")
+                stream.flush()
+            except OSError:  # the terminal went away (SIGHUP, `| head`); the logs keep all
+                pass
 
-    def on_plan(plan: LaunchPlan) -> None:
-        for note in plan.notes:
-            _say(note)
-
-    def on_restart(failed: LaunchResult, number: int) -> None:
-        _report(failed)
-        _say(f"restarting the job ({number} of {max_restarts})")
-
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_terminated)
     try:
-        result = run(options, on_line, cores, os.environ, on_plan=on_plan, on_restart=on_restart)
+        result = launch_job(options, show, base_env=os.environ, cores=cores)
     except KeyboardInterrupt:
         _say("interrupted (SIGINT): stopped every process of the job")
         sys.exit(130)
     except _Terminated as exc:
         _say(f"terminated ({signal.Signals(exc.signum).name}): stopped every process of the job")
         sys.exit(128 + exc.signum)
-    _report(result)
     sys.exit(result.exit_code)
 
 
@@ -136,17 +130,6 @@ def _env_pairs(pairs) -> dict:
     return env
 
 
-def _read_hosts(arg: str):
-    if ":" in arg or "," in arg:
-        return parse_inline(arg), f"-H {arg}"
-    try:
-        with open(arg) as f:
-            return parse_hostfile(f.read(), arg), arg
-    except OSError as exc:
-        raise LaunchError(f"-H {arg!r}: {exc.strerror}; give a hostfile or HOST:SLOTS,...") \
-            from None
-
-
 def _raise_terminated(signum, frame):
     raise _Terminated(signum)
 
@@ -156,24 +139,6 @@ def _print_plan(plan: LaunchPlan) -> None:
         click.echo(f"{spec.label} on {spec.host}: {shlex.join(spec.argv)}")
         for key, value in spec.env.items():
             click.echo(f"    {key}={value}")
-
-
-def _report(result: LaunchResult) -> None:
-    f = result.failure
-    if f is None:
-        if result.restarts:
-            _say(f"succeeded after {len(result.restarts)} restart(s)")
-        return
-    where = f" on {f.host}" if f.host and result.plan and result.plan.spans_hosts else ""
-    _say(f"{f.label}{where} failed first: {f.reason}")
-    lines = f.traceback or f.tail
-    if lines:
-        _say(f"{'its traceback' if f.traceback else 'its last lines'}:")
-        for line in lines:
-            click.echo(f"    {line}", err=True)
-    if result.stopped:
-        _say(f"stopped {', '.join(result.stopped)}")
-    _say(f"exit code {result.exit_code}")
 
 
 @cli.group()
@@ -189,24 +154,32 @@ def manifest():
               help="Prefix of the objects' names (a DNS label).")
 @click.option("--port", type=click.IntRange(1, 65535), default=9091, show_default=True,
               help="The scheduler's port.")
-@click.option("--kvstore", type=click.Choice(["dist_sync", "dist_async", "dist_device_sync"]),
+@click.option("--kvstore", type=click.Choice(DIST_KINDS),
               default="dist_sync", show_default=True)
 @click.option("--gpus-per-worker", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE")
+@click.option("--layout", type=click.Choice(["one-job", "per-role"]), default="one-job",
+              show_default=True,
+              help="one-job: any failure ends every pod, one pod template for all roles; "
+                   "per-role: a Job per role with its own resources (GPUs for workers only), "
+                   "but a worker's failure does not end the scheduler and servers.")
+@click.option("--active-deadline", type=click.IntRange(min=1), default=None, metavar="SECONDS",
+              help="activeDeadlineSeconds of every Job: Kubernetes ends it after that long.")
 @click.option("-o", "--output", type=click.File("w"), default="-", show_default=True)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def manifest_kubernetes(num_workers, num_servers, image, name, port, kvstore, gpus_per_worker,
-                        env_pairs, output, command):
+                        env_pairs, layout, active_deadline, output, command):
     """Kubernetes objects (JSON, for `kubectl apply -f`) running COMMAND as the workers of a
-    parameter-server job: a headless Service and Pod for the scheduler, servers and workers as
-    Indexed Jobs."""
+    parameter-server job, and a headless Service. By default one Indexed Job (index 0 the
+    scheduler, then the servers, then the workers) that fails, ending every pod, when any
+    process fails."""
     import json
     import re
     from .manifests import kubernetes
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?", name):
         raise LaunchError(f"--name {name!r} must be a DNS label: lowercase letters, digits, '-'")
     objects = kubernetes(name, image, command, num_workers, num_servers, port, kvstore,
-                         gpus_per_worker, _env_pairs(env_pairs))
+                         gpus_per_worker, _env_pairs(env_pairs), layout, active_deadline)
     output.write(json.dumps(objects, indent=2) + "\n")
 
 

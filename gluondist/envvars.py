@@ -24,3 +24,20 @@ MXNET_CPU_WORKER_NTHREADS = "MXNET_CPU_WORKER_NTHREADS"
 GLUONDIST_RANK = "GLUONDIST_RANK"  # the launcher's rank for this worker
 GLUONDIST_KVSTORE = "GLUONDIST_KVSTORE"  # what kvstore='auto' means inside a launched job
 GLUONDIST_RESTART_COUNT = "GLUONDIST_RESTART_COUNT"  # 0 on the first attempt, then 1, 2, ...
+# Set by the launcher for a worker's process only when stall detection is on: the number of an
+# inherited pipe's write end, on which gluondist.heartbeat reports finished batches.
+GLUONDIST_PROGRESS_FD = "GLUONDIST_PROGRESS_FD"
+# Where the worker bootstrap records an uncaught exception (JSON) for the launcher to read.
+GLUONDIST_ERROR_FILE = "GLUONDIST_ERROR_FILE"
+JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"  # Kubernetes sets it in an Indexed Job's pods
+PYTHONUNBUFFERED = "PYTHONUNBUFFERED"  # workers' output reaches the launcher line by line
+
+# What `gluondist launch` reads for its options when they are not on the command line (a
+# cluster's environment); GLUONDIST_KVSTORE above doubles as --kvstore's.
+GLUONDIST_NUM_WORKERS = "GLUONDIST_NUM_WORKERS"
+GLUONDIST_NUM_SERVERS = "GLUONDIST_NUM_SERVERS"
+GLUONDIST_LOG_DIR = "GLUONDIST_LOG_DIR"
+GLUONDIST_MAX_RESTARTS = "GLUONDIST_MAX_RESTARTS"
+GLUONDIST_LAUNCHER = "GLUONDIST_LAUNCHER"
+GLUONDIST_HOSTS = "GLUONDIST_HOSTS"
+GLUONDIST_STALL_TIMEOUT = "GLUONDIST_STALL_TIMEOUT"

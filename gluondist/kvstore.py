@@ -29,8 +29,7 @@ from ._mx import mx
 
 log = logging.getLogger(__name__)
 
-KINDS = ("local", "device", "nccl", "dist_sync", "dist_async", "dist_device_sync")
-DIST_KINDS = ("dist_sync", "dist_async", "dist_device_sync")
+from .kinds import DIST_KINDS, KINDS  # noqa: E402,F401  (kept as kvstore.KINDS, .DIST_KINDS)
 
 _dist_kvstore = None  # MXNet allows one distributed kvstore per process: created once, reused
 

@@ -1,16 +1,25 @@
 """Plain Kubernetes objects for a parameter-server job: no operator needed (Kubeflow dropped
-its MXJob operator in training-operator 1.9).
+its MXJob operator in training-operator 1.9), no controller of ours.
 
-A headless Service names the scheduler Pod; servers and workers are Indexed Jobs. Every node
-advertises its Pod IP (downward API), and a worker's rank is its completion index.
+One Indexed Job runs every process of the job; the completion index picks the role (0 the
+scheduler, then the servers, then the workers: gluondist.launcher.pod). A ``podFailurePolicy``
+rule fails the whole Job on any non-zero exit, and Kubernetes then ends every other pod of it;
+when every index succeeds the Job completes. A headless Service gives the pods stable DNS names
+(``<name>-0.<name>`` is the scheduler). Every node advertises its Pod IP (downward API). Each
+role's environment comes from gluondist.launcher.roles, as for the local, ssh and Slurm
+launchers.
 """
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 
 from . import envvars as ev
+from .kinds import DIST_KINDS
+from .launcher.roles import is_python, job_env
 
-SERVER_COMMAND = ["python", "-c", "import mxnet"]
+CONTAINER = "gluondist"
+POD_ENTRY = ("-m", "gluondist.launcher.pod")
+GRACE_SECONDS = 15  # how long a pod may take to stop once the Job failed, then SIGKILL
 
 
 def _env(values: Dict[str, str]) -> List[dict]:
@@ -21,67 +30,81 @@ def _field(name: str, path: str) -> dict:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
+LAYOUTS = ("one-job", "per-role")
+
+
+def scheduler_host(name: str, layout: str = "one-job") -> str:
+    """The scheduler pod's DNS name: index 0's hostname under the headless Service."""
+    job = name if layout == "one-job" else f"{name}-scheduler"
+    return f"{job}-0.{name}"
+
+
+def container_command(command: Sequence[str], num_servers: int, kvstore: str,
+                      role: Optional[str] = None) -> List[str]:
+    """The pod entry, run by the command's own Python when the command is ``python ...``."""
+    python = command[0] if command and is_python(command[0]) else "python"
+    chosen = ["--role", role] if role else []
+    return [python, *POD_ENTRY, "--servers", str(num_servers), "--kvstore", kvstore, *chosen,
+            "--", *command]
+
+
 def kubernetes(name: str, image: str, command: Sequence[str], num_workers: int,
                num_servers: int, port: int = 9091, kvstore: str = "dist_sync",
-               gpus_per_worker: int = 0, env: Optional[Dict[str, str]] = None) -> dict:
-    """A ``v1 List`` of the objects to ``kubectl apply -f``."""
+               gpus_per_worker: int = 0, env: Optional[Dict[str, str]] = None,
+               layout: str = "one-job", active_deadline: Optional[int] = None) -> dict:
+    """A ``v1 List`` of the objects to ``kubectl apply -f``: a headless Service and, with the
+    ``one-job`` layout, one Indexed Job of ``1 + num_servers + num_workers`` pods; with
+    ``per-role``, one Indexed Job per role (each its own resources; GPUs for workers only), in
+    which a failing worker fails only the workers' Job. ``active_deadline`` bounds every Job's
+    run time (``activeDeadlineSeconds``)."""
+    if kvstore not in DIST_KINDS:
+        raise ValueError(f"kvstore {kvstore!r} is not one of {', '.join(DIST_KINDS)}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
     labels = {"app.kubernetes.io/name": "gluondist", "gluondist.io/job": name}
-    scheduler_host = f"{name}-scheduler"
-    common = {
-        ev.DMLC_PS_ROOT_URI: scheduler_host,
-        ev.DMLC_PS_ROOT_PORT: str(port),
-        ev.DMLC_NUM_WORKER: str(num_workers),
-        ev.DMLC_NUM_SERVER: str(num_servers),
-        # ps-lite binds the scheduler to 0.0.0.0 instead of its (Service) name when set
-        ev.DMLC_USE_KUBERNETES: "1",
-        **(env or {}),
-    }
+    common = job_env(scheduler_host(name, layout), port, num_workers, num_servers, verbose=False)
+    # ps-lite binds the scheduler to 0.0.0.0 instead of its DNS name under this flag
+    common[ev.DMLC_USE_KUBERNETES] = "1"
+    env_list = _env({**common, **(env or {})}) + [_field(ev.DMLC_NODE_HOST, "status.podIP")]
 
-    def container(role: str, argv: Sequence[str], extra: List[dict], gpus: int = 0) -> dict:
-        spec = {"name": role, "image": image, "command": list(argv),
-                "env": _env({**common, ev.DMLC_ROLE: role}) + extra}
-        if role == "scheduler":
-            spec["ports"] = [{"containerPort": port, "name": "scheduler"}]
+    def job(job_name: str, count: int, role: Optional[str], gpus: int) -> dict:
+        container = {"name": CONTAINER, "image": image, "env": env_list,
+                     "command": container_command(command, num_servers, kvstore, role)}
+        if role in (None, "scheduler"):
+            container["ports"] = [{"containerPort": port, "name": "scheduler"}]
         if gpus:
-            spec["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
-        return spec
-
-    node_ip = [_field(ev.DMLC_NODE_HOST, "status.podIP")]
-
-    def indexed_job(role: str, count: int, argv, extra, gpus=0) -> dict:
-        role_labels = {**labels, "gluondist.io/role": role}
-        return {
-            "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": f"{name}-{role}", "labels": role_labels},
-            "spec": {
-                "completions": count, "parallelism": count, "completionMode": "Indexed",
-                "backoffLimit": 0,  # a failed worker fails the job: restart it whole
-                "template": {
-                    "metadata": {"labels": role_labels},
-                    "spec": {"restartPolicy": "Never",
-                             "containers": [container(role, argv, extra, gpus)]},
-                },
+            container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+        role_labels = {**labels, "gluondist.io/role": role} if role else labels
+        spec = {
+            "completions": count, "parallelism": count, "completionMode": "Indexed",
+            "backoffLimit": 0,
+            # any process failing fails the Job; Kubernetes then ends all its other pods
+            "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
+                "containerName": CONTAINER, "operator": "NotIn", "values": [0]}}]},
+            "template": {
+                "metadata": {"labels": role_labels},
+                "spec": {"restartPolicy": "Never", "subdomain": name,
+                         "terminationGracePeriodSeconds": GRACE_SECONDS,
+                         "containers": [container]},
             },
         }
+        if active_deadline:
+            spec["activeDeadlineSeconds"] = active_deadline
+        return {"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": job_name, "labels": role_labels}, "spec": spec}
 
-    scheduler_labels = {**labels, "gluondist.io/role": "scheduler"}
-    worker_env = node_ip + [
-        _field(ev.GLUONDIST_RANK,
-               "metadata.annotations['batch.kubernetes.io/job-completion-index']"),
-        {"name": ev.GLUONDIST_KVSTORE, "value": kvstore},
-        {"name": "PYTHONUNBUFFERED", "value": "1"},
-    ]
-    items = [
-        {"apiVersion": "v1", "kind": "Service",
-         "metadata": {"name": scheduler_host, "labels": labels},
-         "spec": {"clusterIP": "None", "selector": scheduler_labels,
-                  "publishNotReadyAddresses": True,  # resolvable as soon as it runs
-                  "ports": [{"name": "scheduler", "port": port, "targetPort": port}]}},
-        {"apiVersion": "v1", "kind": "Pod",
-         "metadata": {"name": scheduler_host, "labels": scheduler_labels},
-         "spec": {"restartPolicy": "Never",
-                  "containers": [container("scheduler", SERVER_COMMAND, node_ip)]}},
-        indexed_job("server", num_servers, SERVER_COMMAND, node_ip),
-        indexed_job("worker", num_workers, command, worker_env, gpus_per_worker),
-    ]
-    return {"apiVersion": "v1", "kind": "List", "items": items}
+    if layout == "one-job":
+        # one template: with GPUs, the scheduler and servers ask for them too
+        jobs = [job(name, 1 + num_servers + num_workers, None, gpus_per_worker)]
+    else:
+        jobs = [job(f"{name}-scheduler", 1, "scheduler", 0),
+                job(f"{name}-server", num_servers, "server", 0),
+                job(f"{name}-worker", num_workers, "worker", gpus_per_worker)]
+    service = {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"clusterIP": "None", "selector": labels,
+                 "publishNotReadyAddresses": True,  # resolvable as soon as a pod runs
+                 "ports": [{"name": "scheduler", "port": port, "targetPort": port}]},
+    }
+    return {"apiVersion": "v1", "kind": "List", "items": [service, *jobs]}

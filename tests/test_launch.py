@@ -61,7 +61,8 @@ def test_uncaught_exception_shows_its_traceback(launch):
     job = launch("-n", 2, "-s", 1, JOB, "raise", 0)
     assert job.wait() == 1
     assert "worker 0 failed first: exit code 1" in job.err
-    assert "its traceback:" in job.err and "RuntimeError: boom in worker" in job.err
+    assert "its traceback (from its error record):" in job.err
+    assert "RuntimeError: boom in worker" in job.err
     assert job.leftovers() == []
 
 
@@ -82,13 +83,15 @@ def test_server_killed(launch, tmp_path):
 
 
 @pytest.mark.parametrize("sig,code,name", [(signal.SIGINT, 130, "SIGINT"),
-                                           (signal.SIGTERM, 143, "SIGTERM")])
+                                           (signal.SIGTERM, 143, "SIGTERM"),
+                                           (signal.SIGHUP, 129, "SIGHUP")])
 def test_signals_to_the_launcher_stop_the_job(launch, tmp_path, sig, code, name):
     job = launch("-n", 2, "-s", 1, JOB, "hang", "all")
     wait_until(lambda: len(list(tmp_path.glob("*.hanging"))) == 2, message="the job to run")
     job.proc.send_signal(sig)
     assert job.wait(timeout=30) == code
     assert f"interrupted ({name})" in job.err or f"terminated ({name})" in job.err
+    assert "gluondist: stopped scheduler, server 0, worker 0, worker 1" in job.err
     assert job.leftovers() == []
 
 
@@ -137,6 +140,8 @@ def test_any_command_after_a_double_dash(launch, tmp_path):
     (["--max-restarts", "-1", JOB], "--max-restarts must be 0 or more"),
     (["-n", "two", JOB], "'two' is not a valid integer"),
     (["--", "no-such-command-xyz"], "command 'no-such-command-xyz' not found"),
+    (["-n", "2", "--gpus-per-worker", "2", JOB], "needs 4 GPU(s); this machine has 0"),
+    (["--stall-timeout", "0", JOB], "--stall-timeout"),
     ([], "Missing argument"),
 ])
 def test_bad_input_is_one_line_and_exit_2(launch, args, message):
@@ -154,6 +159,7 @@ def test_a_taken_scheduler_port_is_retried_on_another(tmp_path):
     from conftest import TAG
     from gluondist.launcher import monitor
     from gluondist.launcher.options import LaunchOptions
+    from gluondist.launcher.session import launch_job
 
     tag = uuid.uuid4().hex
     with socket.socket() as taken:
@@ -170,7 +176,7 @@ def test_a_taken_scheduler_port_is_retried_on_another(tmp_path):
         os.chdir(tmp_path)
         try:
             options = LaunchOptions((JOB, "ok"), 1, 1, env={TAG: tag})
-            result = monitor.run(options, lambda spec, line: None, ports=ports)
+            result = launch_job(options, lambda text, note: None, ports=ports)
         finally:
             os.chdir(cwd)
             stray = kill_tagged(tag)
@@ -198,6 +204,39 @@ def test_the_python_api_returns_the_result_and_logs(tmp_path, monkeypatch):
     assert stray == []
 
 
+def test_from_python_the_console_shows_what_the_cli_shows(tmp_path, monkeypatch, capsys):
+    import uuid
+
+    import gluondist
+    from conftest import TAG
+
+    tag = uuid.uuid4().hex
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PS_VERBOSE", raising=False)
+    try:
+        result = gluondist.launch(JOB, "ok", num_workers=2, num_servers=1, env={TAG: tag})
+    finally:
+        stray = kill_tagged(tag)
+    out, err = capsys.readouterr()
+    assert result.exit_code == 0
+    assert "[worker 1] worker 1 on 127.0.0.1 pulled 3" in out
+    assert "ps-lite" not in out and "Barrier count" not in out  # chatter is not shown ...
+    assert any("ps-lite" in line for line in result.logs["scheduler"])  # ... but kept
+    assert "gluondist: OMP_NUM_THREADS=" in err  # the plan's notes, as the CLI says them
+    assert stray == []
+
+
+def test_before_a_restart_the_launcher_says_which_attempt_failed(launch):
+    job = launch("-n", 2, "-s", 1, "--max-restarts", 1, JOB, "exit", 1)
+    assert job.wait() == 3
+    first, last = job.err.split("gluondist: restarting the job (1 of 1)\n")
+    assert "gluondist: attempt 1 failed: worker 1 failed first: exit code 3" in first
+    assert "gluondist: exit code" not in first  # nothing that reads like the end
+    assert "gluondist: worker 1 failed first: exit code 3" in last
+    assert last.strip().endswith("gluondist: exit code 3")
+    assert job.leftovers() == []
+
+
 def test_a_script_imports_its_sibling_modules_as_python_would(launch, tmp_path):
     code = tmp_path / "code"
     code.mkdir()
@@ -207,3 +246,27 @@ def test_a_script_imports_its_sibling_modules_as_python_would(launch, tmp_path):
     job = launch("-n", 1, "-s", 1, code / "train.py", "--x")  # run from tmp_path, not code/
     assert job.wait() == 0, job.err
     assert f"[worker 0] helper says 42 ['{code / 'train.py'}', '--x']" in job.out
+
+
+def test_a_traceback_longer_than_the_log_tail_comes_whole_from_the_error_record(launch):
+    job = launch("-n", 2, "-s", 1, JOB, "deep", 1)
+    assert job.wait() == 1
+    assert "worker 1 failed first: exit code 1" in job.err
+    report = job.err.split("its traceback (from its error record):")[1].splitlines()
+    assert report[1].strip() == "Traceback (most recent call last):"
+    assert "in <module>" in report[2]
+    assert sum(", in nested" in line for line in report) == 61  # more than the 40-line tail
+    assert "ValueError: the real cause, 60 calls down" in job.err
+    assert job.leftovers() == []
+
+
+def test_the_earliest_failure_leads_even_when_noticed_later(launch):
+    # worker 1 raises first but takes a second to format its error; worker 0 raises right
+    # after and exits first, so the monitor notices worker 0 first. The error records' times
+    # put worker 1 first, worker 0 after it.
+    job = launch("-n", 2, "-s", 1, JOB, "raisefirst", 1)
+    assert job.wait() == 1
+    assert "gluondist: worker 1 failed first: exit code 1" in job.err, job.err
+    assert "SlowToFormat: worker 1 failed first" in job.err
+    assert "gluondist: then worker 0 failed: RuntimeError: worker 0 saw a peer fail" in job.err
+    assert job.leftovers() == []

@@ -17,45 +17,58 @@ def env_of(container):
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
 
 
-def test_every_object_is_valid_kubernetes():
-    for item in kubernetes("job", "img:1", ["python", "t.py"], 4, 2, gpus_per_worker=2)["items"]:
+@pytest.mark.parametrize("layout", ["one-job", "per-role"])
+def test_every_object_is_valid_kubernetes(layout):
+    for item in kubernetes("job", "img:1", ["python", "t.py"], 4, 2, gpus_per_worker=2,
+                           layout=layout, active_deadline=3600)["items"]:
         kubernetes_validate.validate(item, K8S, strict=True)
 
 
 def test_the_validator_catches_mistakes():
-    pod = by_kind(kubernetes("job", "img", ["python"], 1, 1))[("Pod", "job-scheduler")]
-    pod["spec"]["containrs"] = pod["spec"].pop("containers")
+    job = by_kind(kubernetes("job", "img", ["python"], 1, 1))[("Job", "job")]
+    job["spec"]["template"]["spec"]["containrs"] = job["spec"]["template"]["spec"].pop("containers")
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(pod, K8S, strict=True)
+        kubernetes_validate.validate(job, K8S, strict=True)
 
 
-def test_the_environment_is_wired_for_each_role():
+def test_one_indexed_job_that_fails_whole_on_any_nonzero_exit():
     objects = by_kind(kubernetes("train", "img:1", ["python", "t.py", "--x"], 4, 2, port=9000,
                                  kvstore="dist_async", gpus_per_worker=1, env={"A": "b"}))
-    service = objects[("Service", "train-scheduler")]
-    scheduler = objects[("Pod", "train-scheduler")]["spec"]["containers"][0]
-    servers = objects[("Job", "train-server")]
-    workers = objects[("Job", "train-worker")]
+    service, job = objects[("Service", "train")], objects[("Job", "train")]
+    spec = job["spec"]
+    pod = spec["template"]["spec"]
+    assert (spec["completions"], spec["parallelism"], spec["completionMode"]) == (7, 7, "Indexed")
+    assert spec["podFailurePolicy"] == {"rules": [{"action": "FailJob", "onExitCodes": {
+        "containerName": "gluondist", "operator": "NotIn", "values": [0]}}]}
+    assert (pod["restartPolicy"], pod["subdomain"]) == ("Never", "train")
     assert service["spec"]["clusterIP"] == "None"
-    assert service["spec"]["selector"] == objects[("Pod", "train-scheduler")]["metadata"]["labels"]
-    assert (servers["spec"]["completions"], workers["spec"]["completions"]) == (2, 4)
-    common = {"DMLC_PS_ROOT_URI": "train-scheduler", "DMLC_PS_ROOT_PORT": "9000",
-              "DMLC_NUM_WORKER": "4", "DMLC_NUM_SERVER": "2", "DMLC_USE_KUBERNETES": "1",
-              "A": "b"}
-    pod_ip = {"fieldRef": {"fieldPath": "status.podIP"}}
-    assert env_of(scheduler) == {**common, "DMLC_ROLE": "scheduler", "DMLC_NODE_HOST": pod_ip}
-    server = servers["spec"]["template"]["spec"]["containers"][0]
-    assert env_of(server) == {**common, "DMLC_ROLE": "server", "DMLC_NODE_HOST": pod_ip}
-    worker = workers["spec"]["template"]["spec"]["containers"][0]
-    assert env_of(worker) == {
-        **common, "DMLC_ROLE": "worker", "DMLC_NODE_HOST": pod_ip,
-        "GLUONDIST_RANK": {"fieldRef": {"fieldPath":
-                           "metadata.annotations['batch.kubernetes.io/job-completion-index']"}},
-        "GLUONDIST_KVSTORE": "dist_async", "PYTHONUNBUFFERED": "1"}
-    assert worker["command"] == ["python", "t.py", "--x"]
-    assert server["command"] == scheduler["command"] == ["python", "-c", "import mxnet"]
-    assert worker["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
-    assert scheduler["ports"] == [{"containerPort": 9000, "name": "scheduler"}]
+    assert service["spec"]["selector"] == spec["template"]["metadata"]["labels"]
+    (container,) = pod["containers"]
+    assert container["command"] == [
+        "python", "-m", "gluondist.launcher.pod", "--servers", "2", "--kvstore", "dist_async",
+        "--", "python", "t.py", "--x"]
+    assert env_of(container) == {
+        "DMLC_PS_ROOT_URI": "train-0.train", "DMLC_PS_ROOT_PORT": "9000",
+        "DMLC_NUM_WORKER": "4", "DMLC_NUM_SERVER": "2", "DMLC_USE_KUBERNETES": "1", "A": "b",
+        "DMLC_NODE_HOST": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+
+
+def test_per_role_jobs_give_gpus_to_workers_only():
+    objects = by_kind(kubernetes("train", "img:1", ["python3", "t.py"], 4, 2, gpus_per_worker=1,
+                                 layout="per-role", active_deadline=600))
+    assert sorted(objects) == [("Job", "train-scheduler"), ("Job", "train-server"),
+                               ("Job", "train-worker"), ("Service", "train")]
+    for role, count in (("scheduler", 1), ("server", 2), ("worker", 4)):
+        spec = objects[("Job", f"train-{role}")]["spec"]
+        (container,) = spec["template"]["spec"]["containers"]
+        assert spec["completions"] == count and spec["activeDeadlineSeconds"] == 600
+        assert container["command"] == [
+            "python3", "-m", "gluondist.launcher.pod", "--servers", "2", "--kvstore",
+            "dist_sync", "--role", role, "--", "python3", "t.py"]
+        assert env_of(container)["DMLC_PS_ROOT_URI"] == "train-scheduler-0.train"
+        assert ("resources" in container) == (role == "worker")
+        assert spec["podFailurePolicy"]["rules"][0]["action"] == "FailJob"
 
 
 def manifest_cli(*args):

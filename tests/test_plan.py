@@ -107,3 +107,17 @@ def test_env_without_mxnet_names_the_install_command(tmp_path):
         "gluondist: error: MXNet does not import (libmxnet.so missing); install it: "
         "pip install 'gluondist[cpu]' (CPU) or 'gluondist[cu117]' (CUDA 11.7; see README for "
         "others)")
+
+
+def test_one_builder_for_every_role_and_the_kubernetes_index():
+    from gluondist.launcher.roles import role_env, role_of_index, worker_argv
+    assert [role_of_index(i, 2) for i in range(5)] == [
+        ("scheduler", 0), ("server", 0), ("server", 1), ("worker", 0), ("worker", 1)]
+    assert role_env("worker", 1, "dist_async", 2) == {
+        "DMLC_ROLE": "worker", "GLUONDIST_RANK": "1", "GLUONDIST_KVSTORE": "dist_async",
+        "GLUONDIST_RESTART_COUNT": "2", "PYTHONUNBUFFERED": "1"}
+    assert role_env("server", 0, "dist_sync") == {"DMLC_ROLE": "server"}
+    # `<this python> SCRIPT.py` runs under the bootstrap too (the Kubernetes pod's case)
+    assert worker_argv((sys.executable, "t.py", "-x"), sys.executable) == (
+        sys.executable, "-m", "gluondist.launcher.bootstrap", "t.py", "-x")
+    assert worker_argv(("/bin/sh", "t.py"), sys.executable) == ("/bin/sh", "t.py")

@@ -1,16 +1,30 @@
 """Runs a worker's script (``bootstrap.py SCRIPT.py ARGS`` or ``bootstrap.py -m MODULE ARGS``)
-and makes its failure end the process.
+and makes its failure end the process, recorded.
 
 MXNet's kvstore destructor waits in a barrier for every worker at exit, so a worker that
 raises or calls ``sys.exit(3)`` mid-training would hang there forever and the job with it. Here a
 failure prints its traceback, flushes, and leaves with ``os._exit`` (code k, or 1), skipping
 that barrier; the launcher then stops the rest. Success exits normally, through the barrier,
-which is what shuts the servers down. Standard library only: nothing imported before the script.
+which is what shuts the servers down.
+
+An uncaught exception is also written to ``GLUONDIST_ERROR_FILE`` (see errorfile.py), so the
+launcher reports it whole and by the time it happened. SIGUSR1 dumps every thread's Python stack
+to stderr (``faulthandler``, which works even when the main thread is stuck in C code): the
+launcher asks for it when a job stalls. Standard library only: nothing imported before the
+script but these and gluondist's own small modules.
 """
+import faulthandler
 import os
 import runpy
+import signal
 import sys
+import time
 import traceback
+
+from gluondist import envvars
+from gluondist.launcher import errorfile
+
+STACK_SIGNAL = signal.SIGUSR1
 
 
 def _leave(code: int) -> None:
@@ -40,6 +54,7 @@ def main(argv) -> None:
         sys.stderr.write("usage: python -m gluondist.launcher.bootstrap SCRIPT.py|-m MODULE ...\n")
         _leave(2)
     _show_gluondist_logs()
+    faulthandler.register(STACK_SIGNAL, all_threads=True)
     try:
         if argv[0] == "-m":
             sys.argv = [argv[1], *argv[2:]]
@@ -58,17 +73,31 @@ def main(argv) -> None:
             code = 1
         _leave(code)
     except BaseException as exc:  # KeyboardInterrupt included: the job is going down anyway
-        _print_user_traceback(exc)
+        when = time.time()
+        # The launcher may be stopping the job because of a later failure it noticed first:
+        # finish the record (then exit) so the report can still put this one first. Ignored
+        # for the whole process (a per-thread mask would leave MXNet's threads to take it);
+        # the launcher's SIGKILL after its deadline still ends a record that never finishes.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        lines = _user_traceback(exc)
+        path = os.environ.get(envvars.GLUONDIST_ERROR_FILE)
+        if path:
+            try:
+                errorfile.write(path, exc, lines, when)
+            except OSError as err:
+                sys.stderr.write(f"gluondist: cannot write the error file {path}: {err}\n")
+        sys.stderr.write("".join(lines))
         _leave(1)
 
 
-def _print_user_traceback(exc: BaseException) -> None:
+def _user_traceback(exc: BaseException) -> list:
     """The traceback as `python SCRIPT.py` would show it: without this file's and runpy's frames."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__) or (
             tb is not None and "runpy" in tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb)
+    return traceback.format_exception(type(exc), exc, tb)
 
 
 if __name__ == "__main__":

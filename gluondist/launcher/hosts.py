@@ -5,7 +5,7 @@ import re
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple
 
-from .options import LaunchError
+from .errors import LaunchError
 
 _LINE = re.compile(r"^(?P<host>[^\s#]+)(?:\s+slots\s*=\s*(?P<slots>\d+))?\s*$")
 

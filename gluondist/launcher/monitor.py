@@ -1,20 +1,17 @@
-"""Run a plan to its end and say what went wrong first."""
+"""Watch one attempt of a job to its end and say what went wrong first."""
 from __future__ import annotations
 
-import logging
-import os
 import re
 import socket
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
-from .plan import LaunchPlan, ProcessSpec, build_plan
-from .options import LaunchOptions
-from .process import ProcessGroup, describe_exit, exit_status
+from .plan import LaunchPlan, ProcessSpec
+from .process import Child, ProcessGroup, describe_exit, exit_status
+from .stall import STALL_EXIT, StallWatch
 
-log = logging.getLogger(__name__)
 
 # ps-lite's messages (PS_VERBOSE=1), which tell when a node started its kvstore and when the
 # scheduler has everyone.
@@ -22,18 +19,29 @@ PSLITE = re.compile(r"^\[\d\d:\d\d:\d\d\] \S*ps-lite/\S+: ")
 BOUND = "Bind to role="
 FORMED = "the scheduler is connected to"
 PORT_TAKEN = "bind failed"
-PORT_ATTEMPTS = 3
 GRACE = 10.0  # how long servers and scheduler get to stop after the last worker succeeded
 POLL = 0.05
+STACK_WAIT = 5.0  # the longest the launcher waits for the workers' stacks
+STACK_QUIET = 0.5  # a dump is complete once its worker printed nothing for this long
 
 
 @dataclass
 class Failure:
-    label: str  # "worker 1", "server 0", "scheduler", or "job" for a start timeout
+    label: str  # "worker 1", "server 0", "scheduler", or "job" (start timeout, stall)
     reason: str  # one line
     host: str = ""
     tail: List[str] = field(default_factory=list)  # last lines of its output
     traceback: List[str] = field(default_factory=list)
+    time: float = 0.0  # when it happened (time.time()): its error record's, else when noticed
+    from_error_file: bool = False  # the traceback is the worker's own record, not scraped
+
+
+@dataclass
+class Stall:
+    seconds: float  # how long no worker had progressed
+    workers: List[str]  # "worker 1 (20 batches, the last 31s ago)", stopped-first first
+    stacks: Dict[str, List[str]]  # each worker's dump, by label, in that order
+    first_known: bool = False  # the heartbeats tell which worker stopped first
 
 
 @dataclass
@@ -45,6 +53,8 @@ class LaunchResult:
     plan: Optional[LaunchPlan] = None
     restarts: List[Failure] = field(default_factory=list)  # the failures restarted from
     logs: Dict[str, List[str]] = field(default_factory=dict)  # filled by gluondist.launch()
+    others: List[Failure] = field(default_factory=list)  # later failures, in time order
+    stall: Optional[Stall] = None
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> List[int]:
@@ -57,62 +67,7 @@ def free_ports(count: int, host: str = "127.0.0.1") -> List[int]:
         return [s.getsockname()[1] for s in socks]
 
 
-def run(options: LaunchOptions, on_line: Callable[[ProcessSpec, str], None],
-        cores: int = 1, base_env=None, transport=None,
-        on_plan: Callable[[LaunchPlan], None] = None, ports=free_ports,
-        on_restart: Callable[[LaunchResult, int], None] = None) -> LaunchResult:
-    """Validate, start the job, watch it, and stop every process before returning.
-
-    ``on_line(spec, line)`` receives each line of output; ``ports(count, host)`` picks the
-    ports of each attempt. A failed job is started again, on fresh ports, up to
-    ``options.max_restarts`` times; ``on_restart(failed_result, restart_number)`` hears of each.
-    A KeyboardInterrupt (or any other exception) stops the job and propagates."""
-    options.validate()
-    if transport is None and options.launcher == "ssh":
-        from .ssh import SshTransport, preflight
-        preflight([h.name for h in options.hosts], options.python, options.ssh_config)
-        transport = SshTransport(options.python, os.environ if base_env is None else base_env,
-                                 os.getcwd(), options.ssh_config)
-    elif transport is None and options.launcher == "slurm":
-        from .slurm import SrunTransport
-        transport = SrunTransport()
-    restarts, port_retries, failures = 0, 0, []
-    while True:
-        port, *node_ports = ports(1 + options.num_servers + options.num_workers, options.host)
-        plan = build_plan(options, port, node_ports, cores, base_env, restarts)
-        if on_plan is not None and restarts == port_retries == 0:
-            on_plan(plan)
-        joins = _Joins(on_line)
-        group = ProcessGroup(plan.specs, joins, options.log_dir, transport, restarts)
-        try:
-            group.start()
-            result = _watch(plan, group, joins, options.start_timeout)
-        finally:
-            stopped = group.close()
-        result.stopped = [s.label for s in stopped]
-        result.attempts, result.plan = 1 + restarts + port_retries, plan
-        if result.exit_code == 0:
-            result.restarts = failures
-            return result
-        if _scheduler_port_taken(result) and port_retries < PORT_ATTEMPTS - 1:
-            log.warning("the scheduler's port %d was taken; retrying on another", port)
-            port_retries += 1
-            continue
-        if restarts >= options.max_restarts:
-            result.restarts = failures
-            return result
-        restarts += 1
-        failures.append(result.failure)
-        if on_restart is not None:
-            on_restart(result, restarts)
-
-
-def _scheduler_port_taken(result: LaunchResult) -> bool:
-    f = result.failure
-    return f is not None and f.label == "scheduler" and any(PORT_TAKEN in l for l in f.tail)
-
-
-class _Joins:
+class Joins:
     """Passes each line on, noting which nodes started their kvstore and when the job formed."""
 
     def __init__(self, on_line):
@@ -127,11 +82,17 @@ class _Joins:
         self.on_line(spec, line)
 
 
-def _watch(plan: LaunchPlan, group: ProcessGroup, joins: _Joins,
-           start_timeout: float) -> LaunchResult:
+def watch(plan: LaunchPlan, group: ProcessGroup, joins: Joins, start_timeout: float,
+          stall_timeout: Optional[float] = None) -> LaunchResult:
+    """Poll ``group`` (started) until every worker succeeded, a process failed, the job did not
+    form in time, or (with ``stall_timeout``) no worker progressed for that long."""
     workers = {s.label for s in plan.of_role("worker")}
     started = time.monotonic()
     succeeded = set()
+    stalls = None
+    if stall_timeout is not None:
+        stalls = StallWatch(stall_timeout, group.transport,
+                            [c for c in group.children if c.spec.role == "worker"])
     while True:
         for exited in group.poll():
             spec = exited.spec
@@ -142,11 +103,15 @@ def _watch(plan: LaunchPlan, group: ProcessGroup, joins: _Joins,
                 # ps-lite stops the scheduler and servers (code 0) only after every worker
                 # passed the final barrier: the workers are just finishing their exit.
                 continue
-            return _failed(group, spec, exited.returncode)
+            return _failed(group, spec, exited.returncode, exited.wall)
         if succeeded == workers:
             return _finish(group, joins.formed)
-        if not joins.formed and time.monotonic() - started > start_timeout:
+        now = time.monotonic()
+        if not joins.formed and now - started > start_timeout:
             return _timed_out(plan, joins, start_timeout)
+        idle = stalls.check(now) if stalls is not None else None
+        if idle is not None:
+            return _stalled(group, stalls, idle)
         time.sleep(POLL)
 
 
@@ -160,16 +125,82 @@ def _finish(group: ProcessGroup, formed: bool) -> LaunchResult:
     return LaunchResult(0)
 
 
-def _failed(group: ProcessGroup, spec: ProcessSpec, returncode: int) -> LaunchResult:
+def _failed(group: ProcessGroup, spec: ProcessSpec, returncode: int, when: float) -> LaunchResult:
     child = group.child(spec)
     child.reader.join(timeout=1.0)  # let its last lines arrive
+    return LaunchResult(exit_status(returncode), _failure(child, returncode, when))
+
+
+def _failure(child: Child, returncode: int, when: float) -> Failure:
     tail = [l for l in child.tail if not is_pslite_chatter(l)]
-    return LaunchResult(exit_status(returncode),
-                        Failure(spec.label, describe_exit(returncode), host=spec.host,
-                                tail=tail[-15:], traceback=_traceback(tail)))
+    failure = Failure(child.spec.label, describe_exit(returncode), host=child.spec.host,
+                      tail=tail[-15:], traceback=_traceback(tail), time=when)
+    record = child.error_record()
+    if record is not None:
+        failure.traceback = list(record.get("traceback") or [])
+        failure.time = float(record["time"])
+        failure.from_error_file = True
+    return failure
 
 
-def _timed_out(plan: LaunchPlan, joins: _Joins, timeout: float) -> LaunchResult:
+def rank_failures(result: LaunchResult, group: ProcessGroup) -> LaunchResult:
+    """After the teardown: every process that failed by itself, earliest first by when it
+    happened (a worker's error record tells; otherwise when the monitor noticed), so the root
+    cause leads even when the monitor noticed a later failure first."""
+    if result.failure is None or result.failure.label == "job":
+        return result
+    stopped = set(result.stopped)
+    failures = []
+    for child in group.children:
+        exited = child.exited
+        if exited is None or child.spec.label == result.failure.label:
+            continue
+        own = child.spec.label not in stopped and exited.returncode != 0 and (
+            child.spec.role == "worker" or exited.wall <= result.failure.time)
+        if own or child.error_record() is not None:
+            failures.append((child, _failure(child, exited.returncode, exited.wall)))
+    first = group.child(next(s for s in group.specs if s.label == result.failure.label))
+    if first.error_record() is not None and not result.failure.from_error_file:
+        result.failure = _failure(first, first.exited.returncode, first.exited.wall)
+    failures.append((first, result.failure))
+    failures.sort(key=lambda pair: pair[1].time)
+    root_child, result.failure = failures[0]
+    result.others = [f for _, f in failures[1:]]
+    code = root_child.exited.returncode
+    result.exit_code = 1 if code < 0 and root_child.error_record() else exit_status(code)
+    return result
+
+
+def _stalled(group: ProcessGroup, stalls: StallWatch, idle: float) -> LaunchResult:
+    now = time.monotonic()
+    order = stalls.order()
+    described = [f"{c.spec.label} ({stalls.describe(c, now)})" for c in order]
+    told = len(order) > 1 and stalls.told_apart(order[0], order[1])
+    asked = []
+    for child in order:
+        child.captured = []
+        if group.request_stack(child):
+            asked.append(child)
+    deadline = time.monotonic() + STACK_WAIT
+    while time.monotonic() < deadline and not all(
+            c.captured and time.monotonic() - c.last_output > STACK_QUIET for c in asked):
+        time.sleep(POLL)
+    stacks = {}
+    for child in order:
+        lines, child.captured = child.captured, None
+        if child in asked:
+            stacks[child.spec.label] = lines or ["(no stack arrived within "
+                                                 f"{STACK_WAIT:g}s)"]
+        else:
+            stacks[child.spec.label] = lines + ["(not run under gluondist's bootstrap: no "
+                                                "stack; launch a SCRIPT.py or python -m)"]
+    reason = (f"the job stalled: no worker made progress for {idle:.0f}s "
+              f"(--stall-timeout {stalls.timeout:g})")
+    return LaunchResult(STALL_EXIT, Failure("job", reason, time=time.time()),
+                        stall=Stall(idle, described, stacks, told))
+
+
+def _timed_out(plan: LaunchPlan, joins: Joins, timeout: float) -> LaunchResult:
     missing = [s.label for s in plan.specs if s.role != "scheduler" and s.label not in joins.bound]
     if missing:
         reason = (f"the job did not form within {timeout:g}s: {', '.join(missing)} did not join "
@@ -177,7 +208,12 @@ def _timed_out(plan: LaunchPlan, joins: _Joins, timeout: float) -> LaunchResult:
     else:
         reason = (f"the job did not form within {timeout:g}s: every node started but the "
                   "scheduler did not confirm them; check the address and firewall")
-    return LaunchResult(1, Failure("job", reason))
+    return LaunchResult(1, Failure("job", reason, time=time.time()))
+
+
+def scheduler_port_taken(result: LaunchResult) -> bool:
+    f = result.failure
+    return f is not None and f.label == "scheduler" and any(PORT_TAKEN in l for l in f.tail)
 
 
 def _traceback(lines: List[str]) -> List[str]:

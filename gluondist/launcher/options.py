@@ -5,14 +5,13 @@ import os
 import shutil
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple, Union
 
-DIST_KINDS = ("dist_sync", "dist_async", "dist_device_sync")
+from ..kinds import DIST_KINDS
+from .errors import LaunchError  # noqa: F401  (its old home; gluondist.launcher.errors now)
+from .hosts import place
+
 LAUNCHERS = ("local", "ssh", "slurm")
-
-
-class LaunchError(ValueError):
-    """Bad launcher input, found before any process starts. The message is one line."""
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,9 @@ class LaunchOptions:
     threads: Optional[int] = None  # OMP_NUM_THREADS per worker; None: cores / local workers
     max_restarts: int = 0  # start a failed job again, from scratch, at most this many times
     launcher: str = "local"  # local | ssh | slurm
-    hosts: Tuple = ()  # Host(name, slots) for ssh (from -H) and slurm (from the allocation)
+    # Host(name, slots) for ssh and slurm (from the allocation), or -H's text: a hostfile's
+    # path or host1:2,host2:2
+    hosts: Union[Tuple, str] = ()
     hosts_source: str = "the hosts"  # how to name them in messages ("hosts.txt")
     interface: Optional[str] = None  # network interface ps-lite binds on each host
     gpus_per_worker: int = 0  # CUDA_VISIBLE_DEVICES: each worker its own GPUs on its host
@@ -39,20 +40,32 @@ class LaunchOptions:
     # The scheduler's address as the others reach it (NAT, containers); it then binds 0.0.0.0.
     scheduler_address: Optional[str] = None
     python: str = sys.executable
+    # Stop the job when no worker made progress for this many seconds (None: never).
+    stall_timeout: Optional[float] = None
 
     def __post_init__(self):
         object.__setattr__(self, "command", tuple(self.command))
         object.__setattr__(self, "env", dict(self.env))
-        object.__setattr__(self, "hosts", tuple(self.hosts))
+        if not isinstance(self.hosts, str):  # a str (-H as given) is read by session.resolve
+            object.__setattr__(self, "hosts", tuple(self.hosts))
+
+    @property
+    def num_processes(self) -> int:
+        """Scheduler, servers and workers: one port each."""
+        return 1 + self.num_servers + self.num_workers
 
     @property
     def is_script(self) -> bool:
         return bool(self.command) and self.command[0].endswith(".py")
 
     def validate(self) -> "LaunchOptions":
-        """Raise :class:`LaunchError` naming the first problem; returns self."""
+        """Raise :class:`LaunchError` naming the first problem; returns self. Reads the file
+        system but changes nothing (the launch creates ``log_dir``)."""
         if not self.command:
             raise LaunchError("nothing to run: give a SCRIPT.py or `-- COMMAND ...`")
+        if isinstance(self.hosts, str):
+            raise LaunchError(f"hosts {self.hosts!r} not read yet: session.resolve() reads -H "
+                              "before validating")
         head = self.command[0]
         if self.is_script and not os.path.isfile(head):
             raise LaunchError(f"script {head!r} not found; give the path of a .py file")
@@ -82,7 +95,6 @@ class LaunchOptions:
             raise LaunchError("--launcher slurm runs inside a Slurm allocation (sbatch or "
                               "salloc); none found (SLURM_JOB_ID is unset)")
         if self.hosts:
-            from .hosts import place
             place(self.hosts, self.num_workers, self.num_servers, self.hosts_source)
         if isinstance(self.gpus_per_worker, bool) or not isinstance(self.gpus_per_worker, int) \
                 or self.gpus_per_worker < 0:
@@ -97,12 +109,29 @@ class LaunchOptions:
         bad = [k for k in self.env if not k or "=" in k]
         if bad:
             raise LaunchError(f"--env {bad[0]!r}: write KEY=VALUE")
+        if self.stall_timeout is not None:
+            if isinstance(self.stall_timeout, bool) or not isinstance(
+                    self.stall_timeout, (int, float)) or not self.stall_timeout > 0:
+                raise LaunchError(f"--stall-timeout must be a positive number of seconds, got "
+                                  f"{self.stall_timeout!r}")
+            if self.launcher == "slurm":
+                raise LaunchError("--stall-timeout works with --launcher local or ssh; Slurm "
+                                  "steps have no progress channel")
         if self.log_dir is not None:
-            try:
-                os.makedirs(self.log_dir, exist_ok=True)
-            except OSError as exc:
-                raise LaunchError(f"--log-dir {self.log_dir!r} cannot be created: "
-                                  f"{exc.strerror}") from None
-            if not os.access(self.log_dir, os.W_OK | os.X_OK):
-                raise LaunchError(f"--log-dir {self.log_dir!r} is not writable")
+            _check_log_dir(self.log_dir)
         return self
+
+
+def _check_log_dir(path: str) -> None:
+    """The directory, or its nearest existing ancestor, must be one we can write in."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise LaunchError(f"--log-dir {path!r} cannot be created: it is a file")
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise LaunchError(f"--log-dir {path!r} cannot be created: {probe!r} is a file")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        what = "is not writable" if probe == os.path.abspath(path) else \
+            f"cannot be created: {probe!r} is not writable"
+        raise LaunchError(f"--log-dir {path!r} {what}")

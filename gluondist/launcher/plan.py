@@ -1,19 +1,13 @@
 """A pure function from options to the processes to start: testable without starting any."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence, Tuple
 
 from .. import envvars as ev
 from .hosts import Host, Placement, gpu_list, place
 from .options import LaunchOptions
-
-# Scheduler and servers run MXNet's own server loop, which starts on import when DMLC_ROLE
-# is not 'worker' (mxnet/kvstore/kvstore_server.py); they never run the user's script.
-SERVER_ARGV = ("-c", "import mxnet")
-BOOTSTRAP = ("-m", "gluondist.launcher.bootstrap")
-
+from .roles import job_env, role_env, server_argv, worker_argv
 
 @dataclass(frozen=True)
 class ProcessSpec:
@@ -44,24 +38,6 @@ class LaunchPlan:
 
     def of_role(self, role: str) -> Tuple[ProcessSpec, ...]:
         return tuple(s for s in self.specs if s.role == role)
-
-
-def worker_argv(options: LaunchOptions) -> Tuple[str, ...]:
-    """The worker command. A ``.py`` script, or ``<this python> -m module``, runs under the
-    bootstrap, which ends the process at once on failure instead of letting MXNet's exit
-    barrier wait for workers that will never come."""
-    cmd = options.command
-    if options.is_script:
-        return (options.python, *BOOTSTRAP, *cmd)
-    if len(cmd) >= 3 and cmd[1] == "-m" and _same_file(cmd[0], options.python):
-        return (options.python, *BOOTSTRAP, *cmd[1:])
-    return cmd
-
-
-def _same_file(a: str, b: str) -> bool:
-    import shutil
-    found = shutil.which(a)
-    return found is not None and os.path.realpath(found) == os.path.realpath(b)
 
 
 def pslite_order(hosts: Sequence[Host]) -> list:
@@ -98,16 +74,9 @@ def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = ()
         here = Host(options.host)
         placement = Placement(here, (here,) * options.num_servers, (here,) * options.num_workers,
                               tuple(range(options.num_workers)))
-    common = {
-        ev.DMLC_PS_ROOT_URI: options.scheduler_address or placement.scheduler.addr,
-        ev.DMLC_PS_ROOT_PORT: str(port),
-        ev.DMLC_NUM_WORKER: str(options.num_workers),
-        ev.DMLC_NUM_SERVER: str(options.num_servers),
-    }
-    if options.interface:
-        common[ev.DMLC_INTERFACE] = options.interface
-    if ev.PS_VERBOSE not in base_env:
-        common[ev.PS_VERBOSE] = "1"  # the monitor reads ps-lite's join messages
+    common = job_env(options.scheduler_address or placement.scheduler.addr, port,
+                     options.num_workers, options.num_servers, options.interface,
+                     verbose=ev.PS_VERBOSE not in base_env)
     threads = thread_count(options, cores, base_env)
     notes = ()
     if threads is not None:
@@ -120,7 +89,8 @@ def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = ()
     def spec(role, rank, host, argv, extra):
         # ps-lite reads DMLC_INTERFACE only when DMLC_NODE_HOST is empty
         where = {} if options.interface and role != "scheduler" else {ev.DMLC_NODE_HOST: host.addr}
-        env = {**common, **where, ev.DMLC_ROLE: role, **extra, **options.env}
+        env = {**common, **where, **role_env(role, rank, options.kvstore, restart), **extra,
+               **options.env}
         return ProcessSpec(role, rank, host.name, tuple(argv), env)
 
     light = {ev.OMP_NUM_THREADS: "1"} if threads is not None else {}  # servers only add up
@@ -129,18 +99,16 @@ def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = ()
         # ps-lite binds a node to the address it advertises; only the scheduler can bind
         # 0.0.0.0 instead, which it does under this flag (named for its first use).
         scheduler_extra[ev.DMLC_USE_KUBERNETES] = "1"
-    specs = [spec("scheduler", 0, placement.scheduler, (options.python, *SERVER_ARGV),
+    specs = [spec("scheduler", 0, placement.scheduler, server_argv(options.python),
                   scheduler_extra)]
     for r, i in enumerate(pslite_order(placement.servers)):
         extra = dict(light)
         if server_ports:
             extra[ev.PS_PORT] = str(server_ports[r])
-        specs.append(spec("server", r, placement.servers[i], (options.python, *SERVER_ARGV),
-                          extra))
-    argv = worker_argv(options)
+        specs.append(spec("server", r, placement.servers[i], server_argv(options.python), extra))
+    argv = worker_argv(options.command, options.python)
     for r, i in enumerate(pslite_order(placement.workers)):
-        extra = {ev.GLUONDIST_RANK: str(r), ev.GLUONDIST_KVSTORE: options.kvstore,
-                 ev.GLUONDIST_RESTART_COUNT: str(restart), "PYTHONUNBUFFERED": "1"}
+        extra = {}
         if worker_ports:
             extra[ev.PS_PORT] = str(worker_ports[r])
         if threads is not None:

@@ -4,20 +4,31 @@ Each child runs in its own session (process group), so one ``killpg`` takes its 
 a Ctrl-C at the terminal reaches only the launcher. A small reaper process holds the other end
 of a pipe from the launcher: if the launcher dies, even by SIGKILL, the pipe closes and the
 reaper kills every group it was told about.
+
+A worker can also have a side channel, a stream of lines ``gluondist-progress N`` (batches
+finished, from gluondist.heartbeat), ``gluondist-cpu S`` (its process tree's CPU seconds, from
+the ssh wrapper) and ``gluondist-error JSON`` (its error record, from the ssh wrapper). Locally
+it is a pipe whose write end the worker inherits; over ssh it is the session's stderr.
 """
 from __future__ import annotations
 
 import collections
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Deque, List, Optional, Sequence
+from typing import Callable, Deque, List, Optional, Sequence, Tuple
 
+from .. import envvars as ev
+from . import errorfile
 from .plan import ProcessSpec
+from .roles import runs_bootstrap
 
 TAIL_LINES = 40
 
@@ -37,13 +48,44 @@ for pgid in groups:  # EOF without "done": the launcher died
 """
 
 
-class LocalTransport:
-    """Starts a spec on this machine. Tests and other transports (ssh, srun) replace it."""
+STACK_SIGNAL = signal.SIGUSR1  # what the worker bootstrap dumps its stacks on
+SIDE = "gluondist-"
 
-    def spawn(self, spec: ProcessSpec) -> subprocess.Popen:
-        return subprocess.Popen(list(spec.argv), env={**os.environ, **spec.env},
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+
+class LocalTransport:
+    """Starts a spec on this machine. Tests and other transports (ssh, srun) replace it.
+
+    ``spawn(spec, progress, error_file)`` returns the process and its side channel (a binary
+    stream of lines, or None): with ``progress`` the worker inherits a pipe's write end named by
+    GLUONDIST_PROGRESS_FD; ``error_file`` is where its bootstrap records an exception."""
+
+    def spawn(self, spec: ProcessSpec, progress: bool = False,
+              error_file: Optional[str] = None) -> Tuple[subprocess.Popen, Optional[object]]:
+        env = {**os.environ, **spec.env}
+        if error_file:
+            env[ev.GLUONDIST_ERROR_FILE] = error_file
+        if not progress:
+            return subprocess.Popen(list(spec.argv), env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True), None
+        read, write = os.pipe()
+        try:
+            env[ev.GLUONDIST_PROGRESS_FD] = str(write)
+            proc = subprocess.Popen(list(spec.argv), env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True, pass_fds=(write,))
+        except BaseException:
+            os.close(read)
+            raise
+        finally:
+            os.close(write)
+        return proc, os.fdopen(read, "rb")
+
+    def request_stack(self, proc: subprocess.Popen) -> None:
+        _kill(proc.pid, STACK_SIGNAL)
+
+    def tree_cpu(self, child: "Child") -> Optional[float]:
+        return session_cpu(child.proc.pid)
 
 
 @dataclass
@@ -51,40 +93,90 @@ class Exited:
     spec: ProcessSpec
     returncode: int  # negative: killed by that signal (Popen's convention)
     when: float
+    wall: float = 0.0  # time.time() when noticed
 
 
 class Child:
-    def __init__(self, spec: ProcessSpec, proc: subprocess.Popen, on_line, log_file):
+    def __init__(self, spec: ProcessSpec, proc: subprocess.Popen, on_line, log_file,
+                 side=None, error_file: Optional[str] = None):
         self.spec, self.proc = spec, proc
         self.tail: Deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.exited: Optional[Exited] = None
+        self.batches: Optional[int] = None  # from its heartbeat, once it sent one
+        self.batches_at = 0.0  # time.monotonic() when that count last grew
+        self.cpu: Optional[float] = None  # its tree's CPU seconds, as the ssh wrapper reports
+        self.error: Optional[dict] = None  # its error record (see errorfile.py)
+        self.error_file = error_file
+        self.captured: Optional[List[str]] = None  # lines held back from the console
+        self.last_output = time.monotonic()
         self._on_line, self._log = on_line, log_file
-        self.reader = threading.Thread(target=self._read, name=f"read {spec.label}", daemon=True)
+        self._lock = threading.Lock()
+        self.reader = threading.Thread(target=self._read, args=(proc.stdout, False),
+                                       name=f"read {spec.label}", daemon=True)
         self.reader.start()
+        self.side_reader = None
+        if side is not None:
+            self.side_reader = threading.Thread(target=self._read, args=(side, True),
+                                                name=f"side {spec.label}", daemon=True)
+            self.side_reader.start()
 
-    def _read(self) -> None:
+    def _read(self, stream, side: bool) -> None:
         # Whole lines as bytes, decoded one by one: a UTF-8 character split across reads can
-        # never reach the decoder in halves.
-        for raw in iter(self.proc.stdout.readline, b""):
-            if self._log is not None:
-                self._log.write(raw)
-                self._log.flush()
+        # never reach the decoder in halves. On the side channel, what is not ours (ssh's own
+        # messages) is output like the rest; on stdout nothing is taken for ours.
+        for raw in iter(stream.readline, b""):
             line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-            self.tail.append(line)
-            if self._on_line is not None:
-                try:
-                    self._on_line(self.spec, line)
-                except OSError:  # the console went away (`| head`): keep draining the pipe,
-                    self._on_line = None  # or the child would block writing to it
-        self.proc.stdout.close()
+            if side and line.startswith(SIDE) and self._side(line):
+                continue
+            with self._lock:  # two readers (output, side channel) share the log and the tail
+                self._output(raw, line)
+        stream.close()
+
+    def _output(self, raw: bytes, line: str) -> None:
+        if self._log is not None:
+            self._log.write(raw if raw.endswith(b"\n") else raw + b"\n")
+            self._log.flush()
+        self.tail.append(line)
+        self.last_output = time.monotonic()
+        if self.captured is not None:
+            self.captured.append(line)
+        elif self._on_line is not None:
+            try:
+                self._on_line(self.spec, line)
+            except OSError:  # the console went away (`| head`): keep draining the pipe,
+                self._on_line = None  # or the child would block writing to it
+
+    def _side(self, line: str) -> bool:
+        kind, _, value = line[len(SIDE):].partition(" ")
+        try:
+            if kind == "progress":
+                count = int(value)
+                if count != self.batches:
+                    self.batches, self.batches_at = count, time.monotonic()
+            elif kind == "cpu":
+                self.cpu = float(value)
+            elif kind == "error":
+                self.error = json.loads(value)
+            else:
+                return False
+        except ValueError:
+            return False
+        return True
+
+    def error_record(self) -> Optional[dict]:
+        if self.error is None and self.error_file:
+            self.error = errorfile.read(self.error_file)
+        return self.error
 
 
 class ProcessGroup:
     """``start()``, then ``poll()`` repeatedly, then ``close()`` (always, in a finally)."""
 
     def __init__(self, specs: Sequence[ProcessSpec], on_line: Callable[[ProcessSpec, str], None],
-                 log_dir: Optional[str] = None, transport=None, restart: int = 0):
+                 log_dir: Optional[str] = None, transport=None, restart: int = 0,
+                 progress: bool = False):
         self.specs = list(specs)
+        self.progress = progress  # give each worker a progress channel (stall detection)
         self.on_line = on_line
         self.log_dir = log_dir
         self.restart = restart  # a restarted job's logs go beside, not over, the failed one's
@@ -92,10 +184,12 @@ class ProcessGroup:
         self.children: List[Child] = []
         self._reaper: Optional[subprocess.Popen] = None
         self._logs = []
+        self._errors_dir: Optional[str] = None
 
     def start(self) -> None:
         self._reaper = subprocess.Popen([sys.executable, "-c", REAPER], stdin=subprocess.PIPE,
                                         start_new_session=True)
+        self._errors_dir = tempfile.mkdtemp(prefix="gluondist-errors-")
         for spec in self.specs:
             log = None
             if self.log_dir is not None:
@@ -104,16 +198,19 @@ class ProcessGroup:
                     name = name.replace(".log", f".restart{self.restart}.log")
                 log = open(os.path.join(self.log_dir, name), "wb")
                 self._logs.append(log)
-            proc = self.transport.spawn(spec)
+            worker = spec.role == "worker"
+            error_file = os.path.join(self._errors_dir, f"{spec.log_name}.error.json") \
+                if worker else None
+            proc, side = self.transport.spawn(spec, self.progress and worker, error_file)
             self._tell_reaper(f"+ {proc.pid}")
-            self.children.append(Child(spec, proc, self.on_line, log))
+            self.children.append(Child(spec, proc, self.on_line, log, side, error_file))
 
     def poll(self) -> List[Exited]:
         """Processes that exited since the last call, in the order noticed."""
-        now, new = time.monotonic(), []
+        now, wall, new = time.monotonic(), time.time(), []
         for child in self.children:
             if child.exited is None and child.proc.poll() is not None:
-                child.exited = Exited(child.spec, child.proc.returncode, now)
+                child.exited = Exited(child.spec, child.proc.returncode, now, wall)
                 new.append(child.exited)
         return new
 
@@ -122,6 +219,13 @@ class ProcessGroup:
 
     def child(self, spec: ProcessSpec) -> Child:
         return next(c for c in self.children if c.spec.label == spec.label)
+
+    def request_stack(self, child: Child) -> bool:
+        """Ask a worker's bootstrap to print every thread's stack; False if it has none."""
+        if not runs_bootstrap(child.spec.argv) or child.exited is not None:
+            return False
+        self.transport.request_stack(child.proc)
+        return True
 
     def close(self, timeout: float = 5.0) -> List[ProcessSpec]:
         """Stop what still runs: SIGTERM to each tree, one shared deadline, then SIGKILL.
@@ -138,7 +242,14 @@ class ProcessGroup:
         for child in self.children:
             child.proc.wait()
             child.reader.join(timeout=2.0)
+            if child.side_reader is not None:
+                child.side_reader.join(timeout=2.0)
         self.poll()
+        for child in self.children:
+            child.error_record()  # read before the files go
+        if self._errors_dir is not None:
+            shutil.rmtree(self._errors_dir, ignore_errors=True)
+            self._errors_dir = None
         for log in self._logs:
             log.close()
         self._logs = []
@@ -161,6 +272,38 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def session_cpu(sid: int) -> Optional[float]:
+    """CPU seconds (user + system) of the live processes of session ``sid`` (a child started
+    with start_new_session has sid == its pid), from /proc; None where there is no /proc."""
+    total, found = 0, False
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # fields after "(comm)": state ppid pgrp session ...
+            total += int(fields[11]) + int(fields[12])  # utime stime
+            found = True
+    return total / _TICK if found else None
 
 
 def describe_exit(returncode: int) -> str:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 from typing import Mapping, Tuple
 
 from .hosts import Host, parse_slurm_tasks
-from .options import LaunchError
+from .errors import LaunchError
 from .plan import ProcessSpec
 
 
@@ -42,10 +43,19 @@ def _scontrol(args) -> str:
 
 
 class SrunTransport:
-    def spawn(self, spec: ProcessSpec) -> subprocess.Popen:
+    """No side channel (the steps run on other nodes): errors come from the log tail, and
+    stall detection is refused for Slurm by the options."""
+
+    def spawn(self, spec: ProcessSpec, progress: bool = False, error_file=None):
         argv = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={spec.host}", "--overlap",
                 "--export=ALL", "--kill-on-bad-exit=1", "--quiet",
                 f"--job-name=gluondist-{spec.label.replace(' ', '-')}", *spec.argv]
         return subprocess.Popen(argv, env={**os.environ, **spec.env}, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True), None
+
+    def request_stack(self, proc: subprocess.Popen) -> None:
+        proc.send_signal(signal.SIGUSR1)  # srun forwards SIGUSR1 to its task
+
+    def tree_cpu(self, child):
+        return None

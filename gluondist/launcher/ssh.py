@@ -5,6 +5,11 @@ a short Python program (WRAPPER) that reads the process's argv, environment and 
 directory as one JSON line from stdin, so none of it is quoted into a shell or shown by `ps`,
 then runs the command in its own session and keeps reading stdin: when stdin ends (the
 launcher stopped, died, or lost its connection) it kills the command's whole process tree.
+
+For a worker the session's stderr is a side channel (see process.py): the wrapper lends its own
+stderr to the worker's heartbeat (GLUONDIST_PROGRESS_FD), reports the worker tree's CPU time
+every second, and relays the bootstrap's error file once the worker ends. A line ``dump`` on
+stdin makes it send the worker the signal that dumps its stacks.
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from .. import envvars as ev
-from .options import LaunchError
+from .errors import LaunchError
 from .plan import ProcessSpec
 
 # Names never forwarded: they describe the launcher's own host or session, or are set per
@@ -26,7 +31,7 @@ DENY = {"HOME", "PWD", "OLDPWD", "SHELL", "USER", "LOGNAME", "HOSTNAME", "TERM",
 DENY_PREFIXES = ("SSH_", "XDG_", "DMLC_", "PS_", "GLUONDIST_", "BASH_FUNC_")
 
 WRAPPER = r"""
-import json, os, signal, subprocess, sys, threading
+import json, os, shutil, signal, subprocess, sys, tempfile, threading, time
 job = json.loads(sys.stdin.readline())
 try:
     os.chdir(job["cwd"])
@@ -35,30 +40,83 @@ except OSError as e:
     sys.exit(2)
 env = dict(os.environ)
 env.update(job["env"])
-child = subprocess.Popen(job["argv"], env=env, stdin=subprocess.DEVNULL, start_new_session=True)
-def stop(*_):
-    for sig, wait in ((signal.SIGTERM, 3), (signal.SIGKILL, None)):
-        try:
-            os.killpg(child.pid, sig)
-            child.wait(wait)
-            break
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-    os._exit(128 + signal.SIGTERM)
-def watch():
-    while sys.stdin.readline():
+side, fds, error_file = job.get("side"), (), None
+if side:
+    error_file = os.path.join(tempfile.mkdtemp(prefix="gluondist-"), "error.json")
+    env[@ERROR_FILE@] = error_file
+    if job.get("progress"):
+        fds = (os.dup(2),)
+        env[@PROGRESS_FD@] = str(fds[0])
+child = subprocess.Popen(job["argv"], env=env, stdin=subprocess.DEVNULL,
+                         stderr=subprocess.STDOUT if side else None, start_new_session=True,
+                         pass_fds=fds)
+for fd in fds:
+    os.close(fd)
+def say(text):
+    try:
+        os.write(2, (text + "\n").encode())
+    except OSError:
         pass
+stopping = []
+def killpg(sig):
+    try:
+        os.killpg(child.pid, sig)
+    except OSError:
+        pass
+def stop(*_):
+    # No child.wait() here: a signal handler interrupts the main thread's wait, which holds
+    # Popen's lock. Pass SIGTERM on, SIGKILL 3 s later; the main thread's wait then returns.
+    stopping.append(1)
+    killpg(signal.SIGTERM)
+    timer = threading.Timer(3.0, killpg, (signal.SIGKILL,))
+    timer.daemon = True
+    timer.start()
+def watch():
+    line = sys.stdin.readline()
+    while line:
+        if line.strip() == "dump":
+            try:
+                os.kill(child.pid, signal.SIGUSR1)
+            except OSError:
+                pass
+        line = sys.stdin.readline()
     stop()
+def cpu():
+    tick = os.sysconf("SC_CLK_TCK")
+    while child.poll() is None:
+        total = 0
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open("/proc/%s/stat" % pid, "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == child.pid:
+                total += int(fields[11]) + int(fields[12])
+        say("gluondist-cpu %.2f" % (total / tick))
+        time.sleep(1.0)
 signal.signal(signal.SIGTERM, stop)
 signal.signal(signal.SIGHUP, stop)
 threading.Thread(target=watch, daemon=True).start()
+if job.get("progress"):
+    threading.Thread(target=cpu, daemon=True).start()
 code = child.wait()
-try:
-    os.killpg(child.pid, signal.SIGKILL)  # whatever the command left behind
-except OSError:
-    pass
+killpg(signal.SIGKILL)  # whatever the command left behind
+if stopping:
+    os._exit(128 + signal.SIGTERM)
+if error_file:
+    try:
+        with open(error_file) as f:
+            say("gluondist-error " + json.dumps(json.load(f)))
+    except (OSError, ValueError):
+        pass
+    shutil.rmtree(os.path.dirname(error_file), ignore_errors=True)
 sys.exit(128 - code if code < 0 else code)
 """
+
+# the variable names come from envvars, like everyone else's
+WRAPPER = WRAPPER.replace("@ERROR_FILE@", repr(ev.GLUONDIST_ERROR_FILE)).replace(
+    "@PROGRESS_FD@", repr(ev.GLUONDIST_PROGRESS_FD))
 
 PREFLIGHT = ("import importlib.util, sys; "
              "sys.exit(0 if importlib.util.find_spec('mxnet') else 3)")
@@ -89,14 +147,29 @@ class SshTransport:
         self.python, self.cwd, self.ssh_config = python, cwd, ssh_config
         self.env = forwarded_env(base_env)
 
-    def spawn(self, spec: ProcessSpec) -> subprocess.Popen:
+    def spawn(self, spec: ProcessSpec, progress: bool = False, error_file=None):
+        """``error_file`` is the launcher's local path, unused: the wrapper picks a remote one
+        and relays its record on the side channel, which every worker has."""
+        side = spec.role == "worker"
         proc = subprocess.Popen(ssh_argv(spec.host, [self.python, "-c", WRAPPER], self.ssh_config),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        job = {"argv": list(spec.argv), "env": {**self.env, **spec.env}, "cwd": self.cwd}
+                                stderr=subprocess.PIPE if side else subprocess.STDOUT,
+                                start_new_session=True)
+        job = {"argv": list(spec.argv), "env": {**self.env, **spec.env}, "cwd": self.cwd,
+               "side": side, "progress": progress}
         proc.stdin.write((json.dumps(job) + "\n").encode())
         proc.stdin.flush()  # and keep it open: its end is the remote side's signal to stop
-        return proc
+        return proc, (proc.stderr if side else None)
+
+    def request_stack(self, proc: subprocess.Popen) -> None:
+        try:
+            proc.stdin.write(b"dump\n")
+            proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    def tree_cpu(self, child):
+        return child.cpu
 
 
 def preflight(hosts: Sequence[str], python: str, ssh_config: Optional[str] = None,

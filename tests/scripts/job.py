@@ -3,7 +3,10 @@
 Every worker joins a dist_sync kvstore and runs a few push/pull rounds; then the acting worker
 does ACTION (exit: sys.exit(3), raise, sigkill, hang: write
 <rank>.hanging and sleep), while the others keep training, so they
-block on the missing peer as real workers would. `argv` prints the arguments and exits;
+block on the missing peer as real workers would. `deep` raises from 60 nested calls (a
+traceback longer than the launcher's log tail); `raisefirst` makes the acting worker write
+<rank>.raising and raise an error that is slow to format, and every other worker raise as soon
+as it sees that file. `argv` prints the arguments and exits;
 `nojoin` makes the acting worker sleep instead of joining. Finished workers write <rank>.done.
 """
 import os
@@ -44,12 +47,29 @@ if acts:
         sys.exit(3)
     if action == "raise":
         raise RuntimeError("boom in worker")
+    if action == "deep":  # 61 distinct frames (Python folds repeats of one frame)
+        chain = "".join(f"def nested{i}():\n    nested{i + 1}()\n" for i in range(60))
+        chain += "def nested60():\n    raise ValueError('the real cause, 60 calls down')\n"
+        scope = {}
+        exec(compile(chain, "nested.py", "exec"), scope)
+        scope["nested0"]()
+    if action == "raisefirst":
+        class SlowToFormat(RuntimeError):
+            def __str__(self):
+                time.sleep(1.0)  # e.g. a library error that gathers its context
+                return "worker %d failed first" % rank
+        open(f"{rank}.raising", "w").close()
+        raise SlowToFormat()
     if action == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     if action == "hang":
         open(f"{rank}.hanging", "w").close()
         time.sleep(600)
-if action in ("exit", "raise", "sigkill"):
+if action == "raisefirst":
+    while not any(name.endswith(".raising") for name in os.listdir(".")):
+        time.sleep(0.01)
+    raise RuntimeError(f"worker {rank} saw a peer fail")
+if action in ("exit", "raise", "sigkill", "deep"):
     for _ in range(100000):  # blocks for good once the failed peer stops pushing
         train_round()
 open(f"{rank}.done", "w").close()

@@ -1,0 +1,70 @@
+"""The container command of a Kubernetes job (see gluondist/manifests.py),
+``python -m gluondist.launcher.pod --servers S --kvstore K [--role R] -- COMMAND ...``.
+
+In one Indexed Job for the whole job the completion index picks the role: index 0 runs the
+scheduler, the next S the servers (MXNet's server loop), the rest the workers (COMMAND under
+the worker bootstrap, so a failure exits with the script's code at once). With ``--role`` (one
+Indexed Job per role) the index is the rank within that role. The
+role's environment comes from roles.py, as for every other launcher. This process stays as the
+container's PID 1: it passes SIGTERM (Kubernetes ending the pod) to the role's process tree,
+which PID 1's default of ignoring SIGTERM would not, and exits with the role's code.
+Standard library only.
+"""
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+from gluondist.envvars import JOB_COMPLETION_INDEX as INDEX
+from gluondist.launcher.roles import role_env, role_of_index, server_argv, worker_argv
+
+STOP_GRACE = 5.0  # seconds between passing SIGTERM on and SIGKILL
+
+
+def main(argv) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gluondist.launcher.pod")
+    parser.add_argument("--servers", type=int, required=True)
+    parser.add_argument("--kvstore", default="dist_sync")
+    parser.add_argument("--role", choices=("scheduler", "server", "worker"))
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if INDEX not in os.environ or not command:
+        parser.error(f"needs {INDEX} (an Indexed Job's pod) and a command after --")
+    index = int(os.environ[INDEX])
+    role, rank = (args.role, index) if args.role else role_of_index(index, args.servers)
+    env = {**os.environ, **role_env(role, rank, args.kvstore)}
+    run = worker_argv(command, sys.executable) if role == "worker" else server_argv(sys.executable)
+    child = subprocess.Popen(list(run), env=env, start_new_session=True)
+
+    stopped = []
+
+    def stop(signum, frame):
+        # No child.wait() here: the interrupted wait below holds Popen's lock. Pass the signal
+        # on, make sure with SIGKILL later, and let that wait return.
+        stopped.append(signum)
+        _killpg(child.pid, signal.SIGTERM)
+        timer = threading.Timer(STOP_GRACE, _killpg, (child.pid, signal.SIGKILL))
+        timer.daemon = True  # exiting must not wait for it
+        timer.start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    code = child.wait()
+    _killpg(child.pid, signal.SIGKILL)  # whatever the role left behind
+    if stopped:
+        return 128 + stopped[0]
+    return 128 - code if code < 0 else code
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except OSError:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

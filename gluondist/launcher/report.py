@@ -1,0 +1,70 @@
+"""What the launcher tells a person about a failed, stalled or restarted job, as lines."""
+from __future__ import annotations
+
+from typing import List
+
+from .monitor import Failure, LaunchResult
+from .stall import STALL_EXIT
+
+P = "gluondist: "
+INDENT = "    "
+
+
+def _where(f: Failure, result: LaunchResult) -> str:
+    return f" on {f.host}" if f.host and result.plan and result.plan.spans_hosts else ""
+
+
+def failure_lines(result: LaunchResult, lead: str = "") -> List[str]:
+    """The root cause first (its traceback, else its last lines), any stall's stacks, the later
+    failures in one line each, then what the teardown stopped. No exit code: a restart uses
+    this too, and must not read like the end."""
+    f = result.failure
+    if f is None:
+        return []
+    lines = [f"{P}{lead}{f.label}{_where(f, result)} failed first: {f.reason}"
+             if f.label != "job" else f"{P}{lead}{f.reason}"]
+    body = f.traceback or f.tail
+    if body:
+        what = "its traceback" if f.traceback else "its last lines"
+        if f.from_error_file:
+            what += " (from its error record)"
+        lines.append(f"{P}{what}:")
+        lines += [INDENT + l for l in body]
+    if result.stall is not None:
+        lines += _stall_lines(result)
+    for other in result.others:
+        last = other.traceback[-1] if other.traceback else other.reason
+        lines.append(f"{P}then {other.label}{_where(other, result)} failed: {last}")
+    if result.stopped:
+        lines.append(f"{P}stopped {', '.join(result.stopped)}")
+    return lines
+
+
+def _stall_lines(result: LaunchResult) -> List[str]:
+    stall = result.stall
+    if stall.first_known:
+        lines = [f"{P}stopped progressing first: {stall.workers[0]}"]
+        lines += [f"{P}then: {'; '.join(stall.workers[1:])}"] if stall.workers[1:] else []
+    else:
+        lines = [f"{P}the heartbeats cannot tell which worker stopped first: "
+                 f"{'; '.join(stall.workers)}"]
+    for label, stack in stall.stacks.items():
+        lines.append(f"{P}{label}'s stack (every thread, most recent call first):")
+        lines += [INDENT + l for l in stack if l.strip() and not _launch_frame(l)]
+    return lines
+
+
+def _launch_frame(line: str) -> bool:
+    """The frames every worker has below the script's (runpy, the bootstrap): left in the
+    log, left out of the report."""
+    return "<frozen runpy>" in line or "gluondist/launcher/bootstrap.py" in line
+
+
+def final_lines(result: LaunchResult) -> List[str]:
+    if result.failure is None:
+        return [f"{P}succeeded after {len(result.restarts)} restart(s)"] if result.restarts \
+            else []
+    code = f"exit code {result.exit_code}"
+    if result.exit_code == STALL_EXIT and result.stall is not None:
+        code += " (stalled)"
+    return failure_lines(result) + [P + code]

@@ -1,0 +1,84 @@
+"""What each role of a job runs and the environment it gets: the one builder, used by the
+local, ssh and Slurm plans (plan.py) and by the Kubernetes manifests (and their pod entry).
+
+Standard library only: the Kubernetes pod entry imports it before anything else.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from typing import Dict, Optional, Sequence, Tuple
+
+from .. import envvars as ev
+
+ROLES = ("scheduler", "server", "worker")
+# Scheduler and servers run MXNet's own server loop, which starts on import when DMLC_ROLE
+# is not 'worker' (mxnet/kvstore/kvstore_server.py); they never run the user's script.
+SERVER_ARGV = ("-c", "import mxnet")
+BOOTSTRAP_MODULE = "gluondist.launcher.bootstrap"
+BOOTSTRAP = ("-m", BOOTSTRAP_MODULE)
+
+
+def job_env(root_uri: str, port: int, num_workers: int, num_servers: int,
+            interface: Optional[str] = None, verbose: bool = True) -> Dict[str, str]:
+    """What every process of a job shares: where the scheduler is and how many nodes join."""
+    env = {ev.DMLC_PS_ROOT_URI: root_uri, ev.DMLC_PS_ROOT_PORT: str(port),
+           ev.DMLC_NUM_WORKER: str(num_workers), ev.DMLC_NUM_SERVER: str(num_servers)}
+    if interface:
+        env[ev.DMLC_INTERFACE] = interface
+    if verbose:
+        env[ev.PS_VERBOSE] = "1"  # the monitor reads ps-lite's join messages
+    return env
+
+
+def role_env(role: str, rank: int, kvstore: str, restart: int = 0) -> Dict[str, str]:
+    """The variables that make a process this role (and, for a worker, this rank)."""
+    env = {ev.DMLC_ROLE: role}
+    if role == "worker":
+        env.update({ev.GLUONDIST_RANK: str(rank), ev.GLUONDIST_KVSTORE: kvstore,
+                    ev.GLUONDIST_RESTART_COUNT: str(restart), ev.PYTHONUNBUFFERED: "1"})
+    return env
+
+
+def server_argv(python: str) -> Tuple[str, ...]:
+    return (python, *SERVER_ARGV)
+
+
+def worker_argv(command: Sequence[str], python: str) -> Tuple[str, ...]:
+    """The worker command. A ``.py`` script, ``<python> SCRIPT.py`` or ``<python> -m module``
+    (with ``python`` itself) runs under the bootstrap, which ends the process at once on
+    failure instead of letting MXNet's exit barrier wait for workers that will never come,
+    records the error for the launcher, and dumps its stacks on request. Other commands run
+    as they are."""
+    cmd = tuple(command)
+    if cmd and cmd[0].endswith(".py"):
+        return (python, *BOOTSTRAP, *cmd)
+    if len(cmd) >= 2 and (cmd[1] == "-m" or cmd[1].endswith(".py")) \
+            and is_python(cmd[0]) and _same_file(cmd[0], python):
+        return (python, *BOOTSTRAP, *cmd[1:])
+    return cmd
+
+
+def runs_bootstrap(argv: Sequence[str]) -> bool:
+    return len(argv) >= 3 and tuple(argv[1:3]) == BOOTSTRAP
+
+
+def is_python(name: str) -> bool:
+    """Whether a command's name is a Python interpreter's (python, python3, python3.11)."""
+    return re.fullmatch(r"python[0-9.]*", os.path.basename(name)) is not None
+
+
+def _same_file(a: str, b: str) -> bool:
+    found, other = shutil.which(a), shutil.which(b) or b
+    return found is not None and os.path.realpath(found) == os.path.realpath(other)
+
+
+def role_of_index(index: int, num_servers: int) -> Tuple[str, int]:
+    """A single Indexed Job's completion index as (role, rank): 0 is the scheduler, the next
+    ``num_servers`` the servers, the rest the workers."""
+    if index == 0:
+        return "scheduler", 0
+    if index <= num_servers:
+        return "server", index - 1
+    return "worker", index - 1 - num_servers

@@ -1,0 +1,157 @@
+"""The one launch path: ``gluondist launch`` and ``gluondist.launch()`` both end here.
+
+``launch_job`` resolves the options (Slurm discovery, hostfiles, a GPU check), validates them
+once, picks the transport (with the ssh preflight), creates the log directory, then runs each
+attempt on fresh ports: plan, process group, monitor, teardown, report. It shows what a person
+should see through ``show(text, note)`` (output lines prefixed ``[worker 1]``, with ps-lite's
+routine chatter filtered; notes and reports as ``gluondist: ...`` with ``note=True``) and hands
+every output line, filtered or not, to ``record(spec, line)``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Callable, Mapping, Optional
+
+from .. import envvars as ev
+from .errors import LaunchError
+from .hosts import parse_hostfile, parse_inline
+from .monitor import (Joins, LaunchResult, free_ports, is_pslite_chatter, rank_failures,
+                      scheduler_port_taken, watch)
+from .options import LaunchOptions
+from .plan import LaunchPlan, ProcessSpec, build_plan
+from .process import ProcessGroup
+from .report import failure_lines, final_lines
+
+PORT_ATTEMPTS = 3
+Show = Callable[[str, bool], None]
+
+
+def read_hosts(arg: str):
+    """``-H``: a hostfile or ``host1:2,host2:2``; returns (hosts, how to name them)."""
+    if ":" in arg or "," in arg:
+        return parse_inline(arg), f"-H {arg}"
+    try:
+        with open(arg) as f:
+            return parse_hostfile(f.read(), arg), arg
+    except OSError as exc:
+        raise LaunchError(f"-H {arg!r}: {exc.strerror}; give a hostfile or HOST:SLOTS,...") \
+            from None
+
+
+def resolve(options: LaunchOptions, base_env: Mapping[str, str]) -> LaunchOptions:
+    """The options with the Slurm allocation's hosts filled in, validated (once), and checked
+    against this machine's GPUs. Changes nothing on disk."""
+    if isinstance(options.hosts, str):  # -H as given: a hostfile or host1:2,host2:2
+        hosts, source = read_hosts(options.hosts)
+        options = dataclasses.replace(options, hosts=hosts, hosts_source=source)
+    if options.launcher == "slurm":
+        if options.hosts:
+            raise LaunchError("--launcher slurm takes its hosts from the allocation; drop -H")
+        from .slurm import allocation_hosts
+        options = dataclasses.replace(options, hosts=allocation_hosts(base_env),
+                                      hosts_source="the Slurm allocation")
+    options.validate()
+    if options.launcher == "local" and options.gpus_per_worker:
+        need, have = options.gpus_per_worker * options.num_workers, local_gpus()
+        if need > have:
+            raise LaunchError(f"--gpus-per-worker {options.gpus_per_worker} for "
+                              f"{options.num_workers} worker(s) needs {need} GPU(s); this "
+                              f"machine has {have}; lower it or use hosts with GPUs")
+    return options
+
+
+def local_gpus() -> int:
+    """NVIDIA GPUs the driver lists (without importing MXNet or CUDA)."""
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+
+
+def dry_run(options: LaunchOptions, base_env: Mapping[str, str], cores: int) -> LaunchPlan:
+    options = resolve(options, base_env)
+    port, *nodes = free_ports(options.num_processes, options.host)
+    return build_plan(options, port, nodes, cores, base_env)
+
+
+def launch_job(options: LaunchOptions, show: Show,
+               record: Optional[Callable[[ProcessSpec, str], None]] = None,
+               base_env: Optional[Mapping[str, str]] = None, cores: Optional[int] = None,
+               transport=None, ports=free_ports) -> LaunchResult:
+    """Run the job to its end, restarting it up to ``options.max_restarts`` times, and return
+    the last attempt's result (its report already shown). Raises LaunchError for bad options
+    before anything starts. Any exception (KeyboardInterrupt, a signal turned into one by the
+    CLI) stops every process, says which, and propagates."""
+    base_env = os.environ if base_env is None else base_env
+    cores = cores or os.cpu_count() or 1
+    options = resolve(options, base_env)
+    if options.log_dir is not None:
+        try:
+            os.makedirs(options.log_dir, exist_ok=True)
+        except OSError as exc:
+            raise LaunchError(f"--log-dir {options.log_dir!r} cannot be created: "
+                              f"{exc.strerror}") from None
+    transport = transport or _transport(options, base_env)
+    on_line = _console(show, record, hide_chatter=ev.PS_VERBOSE not in base_env)
+    restarts, port_retries, failures = 0, 0, []
+    while True:
+        port, *node_ports = ports(options.num_processes, options.host)
+        plan = build_plan(options, port, node_ports, cores, base_env, restarts)
+        if restarts == port_retries == 0:
+            for note in plan.notes:
+                show(f"gluondist: {note}", True)
+        result = _attempt(options, plan, on_line, transport, restarts, show)
+        result.attempts, result.plan = 1 + restarts + port_retries, plan
+        if result.exit_code != 0 and scheduler_port_taken(result) \
+                and port_retries < PORT_ATTEMPTS - 1:
+            show(f"gluondist: the scheduler's port {port} was taken; retrying on another", True)
+            port_retries += 1
+            continue
+        if result.exit_code == 0 or restarts >= options.max_restarts:
+            result.restarts = failures
+            for line in final_lines(result):
+                show(line, True)
+            return result
+        restarts += 1
+        failures.append(result.failure)
+        for line in failure_lines(result, f"attempt {result.attempts} failed: "):
+            show(line, True)
+        show(f"gluondist: restarting the job ({restarts} of {options.max_restarts})", True)
+
+
+def _attempt(options, plan, on_line, transport, restarts, show) -> LaunchResult:
+    joins = Joins(on_line)
+    group = ProcessGroup(plan.specs, joins, options.log_dir, transport, restarts,
+                         progress=options.stall_timeout is not None)
+    result = None
+    try:
+        group.start()
+        result = watch(plan, group, joins, options.start_timeout, options.stall_timeout)
+    finally:
+        stopped = group.close()
+        if result is None and stopped:  # an interrupt: say what it took down
+            show(f"gluondist: stopped {', '.join(s.label for s in stopped)}", True)
+    result.stopped = [s.label for s in stopped]
+    return rank_failures(result, group)
+
+
+def _transport(options: LaunchOptions, base_env: Mapping[str, str]):
+    if options.launcher == "ssh":
+        from .ssh import SshTransport, preflight
+        preflight([h.name for h in options.hosts], options.python, options.ssh_config)
+        return SshTransport(options.python, base_env, os.getcwd(), options.ssh_config)
+    if options.launcher == "slurm":
+        from .slurm import SrunTransport
+        return SrunTransport()
+    from .process import LocalTransport
+    return LocalTransport()
+
+
+def _console(show: Show, record, hide_chatter: bool) -> Callable[[ProcessSpec, str], None]:
+    def on_line(spec: ProcessSpec, line: str) -> None:
+        if record is not None:
+            record(spec, line)
+        if not (hide_chatter and is_pslite_chatter(line)):
+            show(f"[{spec.label}] {line}", False)
+    return on_line

@@ -1,0 +1,75 @@
+"""The launcher's shape: no import cycle, lower layers free of click and MXNet, the pieces a
+worker or a pod imports first free of everything but the standard library."""
+import ast
+import subprocess
+import sys
+
+from conftest import ROOT
+
+PACKAGE = ROOT / "gluondist"
+# the launcher's modules and what they share; kvstore/parallel/training are fit's
+LAUNCHER = ("gluondist.cli", "gluondist.manifests", "gluondist.heartbeat", "gluondist.kinds",
+            "gluondist.envvars")
+
+
+def modules():
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def imports(name, path, known):
+    """Every gluondist module ``name`` imports, at any depth of its code."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package
+                for _ in range(node.level - 1):
+                    parent = parent.rsplit(".", 1)[0]
+                base = parent + ("." + node.module if node.module else "")
+            out |= {f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
+                    for a in node.names}
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+    return {m for m in out if m in known and m != name}
+
+
+def test_no_import_cycle_in_the_launcher():
+    known = modules()
+    ours = {m for m in known if m.startswith("gluondist.launcher") or m in LAUNCHER}
+    graph = {m: imports(m, known[m], known) & ours for m in ours}
+    cycles = []
+
+    def visit(m, path):
+        for d in graph[m]:
+            if d in path:
+                cycles.append(path[path.index(d):] + [d])
+            else:
+                visit(d, path + [d])
+
+    for m in graph:
+        visit(m, [m])
+    assert cycles == []
+
+
+def test_lower_layers_import_neither_click_nor_mxnet():
+    code = ("import sys; import gluondist.launcher.session, gluondist.launcher.api, "
+            "gluondist.heartbeat, gluondist.manifests, gluondist.launcher.pod; "
+            "bad = {'click', 'mxnet'} & set(sys.modules); assert not bad, bad")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_what_workers_and_pods_import_first_is_standard_library():
+    code = ("import sys; before = set(sys.modules); import gluondist.heartbeat, "
+            "gluondist.launcher.bootstrap, gluondist.launcher.pod, gluondist.launcher.roles; "
+            "new = {m.split('.')[0] for m in set(sys.modules) - before}; "
+            "extra = new - set(sys.stdlib_module_names) - {'gluondist'}; "
+            "assert not extra, extra")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

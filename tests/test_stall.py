@@ -1,0 +1,84 @@
+"""--stall-timeout: a real 2-worker job in which one worker stops making progress."""
+import re
+import time
+
+import pytest
+
+from conftest import SCRIPTS, wait_until
+
+pytestmark = pytest.mark.slow
+STALL = str(SCRIPTS / "stall_job.py")
+
+
+def stalled_for(err):
+    return int(re.search(r"no worker made progress for (\d+)s", err).group(1))
+
+
+def stuck_seconds(tmp_path, job, timeout):
+    """How long after the stuck worker stopped the launcher exited."""
+    wait_until(lambda: list(tmp_path.glob("*.stuck")) or job.proc.poll() is not None,
+               timeout=120, message="a worker to get stuck")
+    stuck_at = time.monotonic()
+    code = job.wait(timeout=timeout + 60)
+    return code, time.monotonic() - stuck_at
+
+
+def test_a_worker_that_stops_is_found_with_its_stack(launch, tmp_path):
+    job = launch("-n", 2, "-s", 1, "--stall-timeout", 8, STALL, "beat", 1)
+    code, took = stuck_seconds(tmp_path, job, 8)
+    assert code == 124, job.err
+    # detected within the timeout plus a few seconds: the launcher's own account, and the
+    # wall time from the stuck moment to its exit (stacks and teardown included; generous for
+    # a loaded machine)
+    assert stalled_for(job.err) <= 8 + 2, job.err
+    assert took < 8 + 15, took
+    assert "(--stall-timeout 8)" in job.err
+    assert "exit code 124 (stalled)" in job.err
+    # its frame, from the stack the bootstrap dumped on request
+    stack = job.err.split("worker 1's stack")[1].split("gluondist:")[0]
+    assert "in stuck_forever" in stack and "stall_job.py" in stack, job.err
+    assert "worker 0's stack" in job.err
+    assert "20 batches" in job.err
+    assert not list(tmp_path.glob("*.done"))
+    assert job.leftovers() == []
+
+
+def test_a_worker_without_heartbeat_is_judged_by_its_cpu(launch, tmp_path):
+    job = launch("-n", 2, "-s", 1, "--stall-timeout", 8, STALL, "quiet", 0)
+    code, took = stuck_seconds(tmp_path, job, 8)
+    assert code == 124, job.err
+    assert stalled_for(job.err) <= 8 + 2, job.err  # CPU is sampled once a second
+    assert took < 8 + 15, took
+    assert "no heartbeat; CPU idle for" in job.err
+    assert "in stuck_forever" in job.err.split("worker 0's stack")[1]
+    assert job.leftovers() == []
+
+
+def test_a_healthy_job_is_not_a_stall(launch, tmp_path):
+    job = launch("-n", 2, "-s", 1, "--stall-timeout", 5, STALL, "beat", "none", 300)
+    assert job.wait(timeout=180) == 0, job.err
+    assert {p.name for p in tmp_path.glob("*.done")} == {"0.done", "1.done"}
+    assert job.leftovers() == []
+
+
+def test_a_stall_is_restarted_like_any_failure(launch, tmp_path):
+    job = launch("-n", 2, "-s", 1, "--stall-timeout", 6, "--max-restarts", 1,
+                 STALL, "beat", "first", 60)
+    assert job.wait(timeout=240) == 0, job.err
+    assert "gluondist: attempt 1 failed: the job stalled" in job.err
+    assert "gluondist: restarting the job (1 of 1)" in job.err
+    assert "exit code" not in job.err.split("restarting the job")[0]
+    assert "succeeded after 1 restart(s)" in job.err
+    assert job.leftovers() == []
+
+
+def test_fit_reports_progress_and_a_stuck_fit_restarts(launch, tmp_path):
+    job = launch("-n", 2, "-s", 1, "--stall-timeout", 10, "--max-restarts", 1,
+                 SCRIPTS / "fit_stall.py")
+    assert job.wait(timeout=300) == 0, job.err
+    first = job.err.split("restarting the job")[0]
+    assert "attempt 1 failed: the job stalled" in first
+    assert "8 batches" in first  # fit's heartbeat: 256 samples / (2 x 16) per epoch
+    assert "in on_epoch_begin" in first.split("worker 1's stack")[1]
+    assert {p.name for p in tmp_path.glob("*.done")} == {"0.done", "1.done"}
+    assert job.leftovers() == []
