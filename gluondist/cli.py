@@ -96,6 +96,13 @@ def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs,
     if dry_run:
         _print_plan(plan_only(options, os.environ, cores))
         return
+    result = _supervised(lambda: launch_job(options, _console(), base_env=os.environ,
+                                            cores=cores))
+    sys.exit(result.exit_code)
+
+
+def _console():
+    """``show(text, note)`` for the launcher: process lines on stdout, notes on stderr."""
     lock = threading.Lock()
 
     def show(text: str, note: bool) -> None:
@@ -106,18 +113,80 @@ def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs,
                 stream.flush()
             except OSError:  # the terminal went away (SIGHUP, `| head`); the logs keep all
                 pass
+    return show
 
+
+def _supervised(run):
+    """``run()`` with SIGTERM and SIGHUP turned into a stop of the job; exit 130 / 128+N."""
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_terminated)
     try:
-        result = launch_job(options, show, base_env=os.environ, cores=cores)
+        return run()
     except KeyboardInterrupt:
         _say("interrupted (SIGINT): stopped every process of the job")
         sys.exit(130)
     except _Terminated as exc:
         _say(f"terminated ({signal.Signals(exc.signum).name}): stopped every process of the job")
         sys.exit(128 + exc.signum)
-    sys.exit(result.exit_code)
+
+
+@cli.group()
+def bench():
+    """Measure what a job's communication costs."""
+
+
+def _server_counts(ctx, param, value):
+    try:
+        counts = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1 or len(set(counts)) != len(counts):
+        raise click.BadParameter(f"{value!r}: give distinct server counts, such as 1,2,4")
+    return counts
+
+
+@bench.command("kvstore")
+@click.option("-n", "--num-workers", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--servers", callback=_server_counts, default="1,2,4", show_default=True,
+              help="Server counts to measure, comma-separated.")
+@click.option("--mbytes", type=click.FloatRange(min=0, min_open=True), default=64.0,
+              show_default=True, help="Megabytes each worker pushes and pulls per step.")
+@click.option("--keys", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Arrays the megabytes are split into (a model's layers).")
+@click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="End with one JSON object.")
+@click.option("--launcher", "launcher_kind", default="local", show_default=True,
+              envvar=ev.GLUONDIST_LAUNCHER)
+@click.option("-H", "--hostfile", "--hosts", "hosts_arg", metavar="HOSTFILE|HOST:SLOTS,...",
+              envvar=ev.GLUONDIST_HOSTS)
+@click.option("--interface", default=None)
+@click.option("--ssh-config", type=click.Path(dir_okay=False), default=None)
+@click.option("--scheduler-address", default=None)
+@click.option("--start-timeout", type=float, default=300.0, show_default=True)
+@click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE")
+def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, launcher_kind,
+                  hosts_arg, interface, ssh_config, scheduler_address, start_timeout,
+                  env_pairs):
+    """Run a dist_sync job per server count whose workers push and pull MBYTES per step, and
+    print the step time, the bytes each worker and server moves, the throughput and the cost
+    model's prediction; then recommend the fewest servers within 10% of the best."""
+    import json
+    from .bench import format_table, run
+    options = LaunchOptions(("bench",), num_workers, servers[0], "dist_sync",
+                            start_timeout=start_timeout, env=_env_pairs(env_pairs),
+                            launcher=launcher_kind, hosts=hosts_arg or (), interface=interface,
+                            ssh_config=ssh_config, scheduler_address=scheduler_address)
+    show = _console()
+    table, recommended, failed = _supervised(lambda: run(
+        options, servers, mbytes, keys, steps,
+        lambda opts, shw, rec: launch_job(opts, shw, rec, base_env=os.environ), show))
+    if failed is not None:
+        sys.exit(failed.exit_code)
+    for line in format_table(table, recommended):
+        click.echo(line)
+    if as_json:
+        click.echo(json.dumps({"rows": [r.as_dict() for r in table],
+                               "recommended_servers": recommended}))
 
 
 def _env_pairs(pairs) -> dict:

@@ -169,7 +169,9 @@ def allreduce(values: Sequence[float], key: int = 1 << 30) -> np.ndarray:
     values = np.asarray(values, dtype=np.float64)
     if _dist_kvstore is None:
         return values
-    key = key + len(values)  # one key per length; a key's shape is fixed at init
+    # One key per length (a key's shape is fixed at init). 2**30 + n is safe from MAX_KEY's
+    # overflow: 2**30 * 9973 wraps to 2**30, so the server index stays non-negative.
+    key = key + len(values)
     arr = mx.nd.array(values, dtype="float64")
     if key not in _allreduce_keys:
         _dist_kvstore.init(key, mx.nd.zeros_like(arr))
@@ -241,10 +243,19 @@ class ShardedBatchSampler:
 _next_key = 0  # the first kvstore key the next trainer of this process gets
 
 
+# MXNet 1.9.1 picks a small array's server as (key * 9973) % servers in a C int: past this
+# key the product overflows and, with several servers, the index goes negative (a crash in
+# kvstore_dist.h, "ps_key < krs[server].end()").
+MAX_KEY = (2 ** 31 - 1) // 9973
+
+
 def _reserve_keys(kv, count: int, agree: bool) -> int:
     """Keys ``offset .. offset+count-1`` for a new trainer on the distributed kvstore."""
     global _next_key
     offset, _next_key = _next_key, _next_key + count
+    if _next_key > MAX_KEY:
+        raise RuntimeError(f"this process has made trainers for {_next_key} parameters, more "
+                           f"than MXNet's kvstore can key ({MAX_KEY}); train in a new process")
     if agree:  # a worker whose trainers differ would push to keys nobody else pulls: hang
         total, squares = allreduce([offset, offset * offset])
         if kv.num_workers * squares != total * total:

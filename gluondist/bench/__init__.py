@@ -95,7 +95,8 @@ def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: i
             command=(WORKER, str(mbytes), str(keys), str(steps)))
         show(f"-s {count}: {options.num_workers} worker(s) push and pull {mbytes:g} MB in "
              f"{keys} key(s), {steps} steps", True)
-        result = launch_job(options, lambda _s, _t: None,
+        # the launcher's notes and reports are shown; the processes' own lines are not
+        result = launch_job(options, lambda text, note: show(text, True) if note else None,
                             lambda spec, line: lines.append(line) if spec.label == "worker 0"
                             else None)
         if result.exit_code != 0:
