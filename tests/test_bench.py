@@ -1,5 +1,6 @@
 """gluondist bench kvstore: the table, the model and the recommendation (pure), and real jobs."""
 import json
+import uuid
 
 import pytest
 
@@ -30,3 +31,43 @@ def test_worker_zeros_result_line_is_found():
     line = bench.PREFIX + json.dumps({"step_s": 0.1, "bytes": 8})
     assert bench.parse(["noise", line])["step_s"] == 0.1
     assert bench.parse(["noise"]) is None
+
+
+@pytest.mark.slow
+def test_the_bench_runs_a_real_job_per_server_count():
+    from conftest import TAG, kill_tagged, run_cli
+    tag = uuid.uuid4().hex
+    try:
+        out = run_cli("bench", "kvstore", "-n", 2, "--servers", "1,2", "--mbytes", 2, "--keys",
+                      3, "--steps", 3, "--json", "--env", f"{TAG}={tag}", timeout=300)
+    finally:
+        assert kill_tagged(tag) == []  # every job of the bench ended with it
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert [r["servers"] for r in result["rows"]] == [1, 2]
+    assert all(r["step_s"] > 0 and r["worker_mb_per_step"] == 4 for r in result["rows"])
+    assert result["recommended_servers"] in (1, 2)
+    assert "recommended: -s" in out.stdout and "-s 2: 2 worker(s)" in out.stderr
+
+
+@pytest.mark.slow
+def test_a_failed_bench_job_ends_the_bench_with_launchs_report_and_code():
+    from conftest import run_cli
+    out = run_cli("bench", "kvstore", "-n", 2, "--servers", "1", "--start-timeout", "0.2",
+                  timeout=300)
+    assert out.returncode == 1, out.stderr
+    assert "the job did not form within 0.2s" in out.stderr
+    assert "recommended" not in out.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--servers", "0,1"], "distinct server counts"),
+    (["--servers", "1,1"], "distinct server counts"),
+    (["--mbytes", "0"], "--mbytes"),
+    (["-n", "0"], "--num-workers"),
+])
+def test_bad_bench_input_is_one_line_and_exit_2(args, message):
+    from conftest import run_cli
+    out = run_cli("bench", "kvstore", *args)
+    assert out.returncode == 2 and message in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
