@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence
 
 import numpy as np
 
 from ._mx import mx
 from .parallel import split
 
-_LOADER_OPTIONS = {"_num_workers": "num_workers", "_pin_memory": "pin_memory",
-                   "_pin_device_id": "pin_device_id", "_prefetch": "prefetch",
-                   "_thread_pool": "thread_pool", "_timeout": "timeout"}
 
 
 class Source:
@@ -67,18 +64,19 @@ class ArraySource(Source):
 
 class DatasetSource(Source):
     """A ``gluon.data.Dataset`` whose samples are ``(x, y)``, ``(x, y, weight)``, with tuples
-    for several inputs or outputs; read through a DataLoader with the user's options."""
+    for several inputs or outputs. Read in this thread, or, given the user's DataLoader with
+    worker processes or threads, through that loader: its workers (already running) load this
+    worker's share of every global batch."""
 
-    def __init__(self, dataset, batchify_fn=None, options: Optional[Dict] = None,
-                 last_batch: str = "keep", class_weight=None, labelled: bool = True):
+    def __init__(self, dataset, batchify_fn=None, loader=None, last_batch: str = "keep",
+                 class_weight=None, labelled: bool = True):
         super().__init__(len(dataset), _array_dataset_labels(dataset), last_batch)
         self.labelled = labelled
         self.dataset = dataset
         self.batchify_fn = batchify_fn or mx.gluon.data.dataloader.default_batchify_fn
-        self.options = options or {}
+        self.loader = loader if loader is not None and loader._num_workers > 0 else None
         self.class_weight = mx.nd.array(class_weight) if class_weight is not None else None
         self._indices = _Indices()
-        self._loader = None
 
     def load(self, idx, ctxs):
         return self._place(self.batchify_fn([self.dataset[int(i)] for i in idx]), ctxs)
@@ -94,18 +92,31 @@ class DatasetSource(Source):
                       weights, len(inputs) > 1)
 
     def epoch(self, sampler, ctxs):
-        if not self.options.get("num_workers"):
+        if self.loader is None:
             return super().epoch(sampler, ctxs)  # in this thread: the dataset's RNG stays seeded
-        if self._loader is None:  # one pool of worker processes for the whole fit
-            self._loader = mx.gluon.data.DataLoader(
-                self.dataset, batch_sampler=self._indices, batchify_fn=self.batchify_fn,
-                **self.options)
         self._indices.sampler = sampler
+        loaded = _borrow(self.loader, self._indices)
 
         def batches():
-            for (idx, global_count), batch in zip(sampler.batches(), self._loader):
+            for (idx, global_count), batch in zip(sampler.batches(), loaded):
                 yield (len(idx), global_count, *self._place(batch, ctxs))
         return Prefetcher(batches())
+
+
+def _borrow(loader, batch_sampler):
+    """``loader``'s batches drawn by ``batch_sampler`` instead of its own: its worker pool
+    (created with the loader) does the work. The loader's own sampler is back in place as soon
+    as the pass has started (MXNet reads it once, when the pass begins)."""
+    own = loader._batch_sampler
+    loader._batch_sampler = batch_sampler
+    try:
+        batches = iter(loader)
+        first = next(batches, None)
+    finally:
+        loader._batch_sampler = own
+    if first is not None:
+        yield first
+        yield from batches
 
 
 def _float32(array):
@@ -325,9 +336,7 @@ def source(data, name: str, class_weight=None, labelled: bool = True):
             raise ValueError(f"{name}: DataLoader(last_batch={last_batch!r}) carries samples "
                              "into the next epoch, which would give workers different batch "
                              "counts; use 'keep' or 'discard'")
-        options = {new: getattr(data, old) for old, new in _LOADER_OPTIONS.items()
-                   if hasattr(data, old)}
-        src = _dataset_source(data._dataset, name, data._batchify_fn, options, last_batch,
+        src = _dataset_source(data._dataset, name, data._batchify_fn, data, last_batch,
                               class_weight, labelled)
         return src, getattr(sampler, "_batch_size", None)
     if isinstance(data, mx.gluon.data.Dataset):
@@ -351,9 +360,9 @@ def _check_sampler(batch_sampler, length: int, name: str) -> None:
                          "them in its own order; pass a dataset of just the samples to use")
 
 
-def _dataset_source(dataset, name, batchify_fn, options, last_batch, class_weight, labelled):
+def _dataset_source(dataset, name, batchify_fn, loader, last_batch, class_weight, labelled):
     if len(dataset) == 0:
         raise ValueError(f"{name} is empty")
     _check_dataset_arrays(dataset, name)
-    return DatasetSource(dataset, batchify_fn, options, last_batch,
+    return DatasetSource(dataset, batchify_fn, loader, last_batch,
                          class_weight_table(class_weight), labelled)
