@@ -171,7 +171,10 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, launcher_k
     print the step time, the bytes each worker and server moves, the throughput and the cost
     model's prediction; then recommend the fewest servers within 10% of the best."""
     import json
+    import math
     from .bench import format_table, run
+    if not math.isfinite(mbytes):
+        raise click.BadParameter(f"{mbytes} is not a number of megabytes", param_hint="--mbytes")
     options = LaunchOptions(("bench",), num_workers, servers[0], "dist_sync",
                             start_timeout=start_timeout, env=_env_pairs(env_pairs),
                             launcher=launcher_kind, hosts=hosts_arg or (), interface=interface,

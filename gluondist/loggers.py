@@ -15,9 +15,10 @@ TENSORBOARD_HINT = "pip install 'gluondist[tensorboard]'"
 
 class CSVLogger(Callback):
     """One row per epoch in ``path``: ``epoch`` (counted from 0, as in the History) and every
-    History key. With ``append`` (the default) a resumed run continues the file: rows of the
-    epochs it trains again (those after its checkpoint) are replaced, never repeated. Without
-    it the file starts over."""
+    History key. With ``append`` (the default) rows are added after those already there (as
+    Keras does); a run resumed from a checkpoint first drops the file's last rows of the epochs
+    it trains again (written before a crash lost their checkpoint), so none is repeated.
+    Without ``append`` the file starts over."""
 
     def __init__(self, path, append: bool = True):
         self.path, self.append = str(path), append
@@ -35,8 +36,9 @@ class CSVLogger(Callback):
         self._rows = []
         if self.append and os.path.isfile(self.path):
             with open(self.path, newline="") as f:
-                self._rows = [row for row in csv.DictReader(f)
-                              if row.get("epoch", "").isdigit() and int(row["epoch"]) < run.start]
+                self._rows = list(csv.DictReader(f))
+            while run.start > 0 and self._rows and _epoch(self._rows[-1]) >= run.start:
+                self._rows.pop()  # trained again now: replaced, not repeated
 
     def on_epoch_end(self, run, epoch, logs):
         if run.rank != 0:
@@ -70,10 +72,16 @@ class TensorBoard(Callback):
         self.log_dir, self.batch_every = str(log_dir), batch_every
         self._writer = None
 
+    _opened = 0  # writers opened by this process
+
     def on_train_begin(self, run):
         if run.rank == 0:
             from tensorboardX import SummaryWriter
-            self._writer = SummaryWriter(self.log_dir)
+            # tensorboardX names its file after the second it was opened: two fits in one
+            # second would share (and overwrite) it without a suffix of their own
+            TensorBoard._opened += 1
+            self._writer = SummaryWriter(
+                self.log_dir, filename_suffix=f".{os.getpid()}.{TensorBoard._opened}")
 
     def on_batch_end(self, run, batch, logs):
         if self._writer is not None and self.batch_every and batch % self.batch_every == 0:
@@ -89,3 +97,8 @@ class TensorBoard(Callback):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def _epoch(row: dict) -> int:
+    text = row.get("epoch") or ""
+    return int(text) if text.isdigit() else -1

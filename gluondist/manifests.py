@@ -79,8 +79,11 @@ def kubernetes(name: str, image: str, command: Sequence[str], num_workers: int,
             "completions": count, "parallelism": count, "completionMode": "Indexed",
             "backoffLimit": 0,
             # any process failing fails the Job; Kubernetes then ends all its other pods
-            "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
-                "containerName": CONTAINER, "operator": "NotIn", "values": [0]}}]},
+            # onPodConditions: [] (no condition) is required by the 1.26-1.28 schemas
+            "podFailurePolicy": {"rules": [{"action": "FailJob", "onPodConditions": [],
+                                            "onExitCodes": {"containerName": CONTAINER,
+                                                            "operator": "NotIn",
+                                                            "values": [0]}}]},
             "template": {
                 "metadata": {"labels": role_labels},
                 "spec": {"restartPolicy": "Never", "subdomain": name,

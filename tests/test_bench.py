@@ -9,22 +9,31 @@ from gluondist import bench
 
 def test_the_model_is_calibrated_by_the_single_server_row():
     # across hosts: servers share the workers' traffic until each worker's own link is the limit
-    assert bench.predict(1.0, 1, 4, one_host=False) == 1.0
-    assert bench.predict(1.0, 2, 4, one_host=False) == 0.5
-    assert bench.predict(1.0, 8, 4, one_host=False) == 0.25
+    assert bench.predict(1.0, 1.0, 4, one_host=False) == 1.0
+    assert bench.predict(1.0, 0.5, 4, one_host=False) == 0.5
+    assert bench.predict(1.0, 0.125, 4, one_host=False) == 0.25
     # on one host every byte crosses the same memory: the server count does not matter
-    assert bench.predict(1.0, 4, 4, one_host=True) == 1.0
+    assert bench.predict(1.0, 0.25, 4, one_host=True) == 1.0
+
+
+def test_keys_are_placed_as_mxnet_places_them():
+    big = bench.key_sizes(64, 8)  # 2 M elements each: sliced over every server
+    assert sum(big) == 16 * 2 ** 20 and bench.busiest_share(big, 4) == pytest.approx(0.25)
+    small = bench.key_sizes(2, 1)  # 0.5 M elements: one key, whole on one server
+    assert bench.busiest_share(small, 4) == 1.0
 
 
 def test_rows_and_recommendation():
-    table = bench.rows([0.16, 0.15, 0.16], [1, 2, 4], workers=2, nbytes=64 * 2 ** 20,
-                       one_host=True)
+    table = bench.rows([0.16, 0.15, 0.16], [1, 2, 4], workers=2,
+                       sizes=bench.key_sizes(64, 8), one_host=True)
     assert [r.servers for r in table] == [1, 2, 4]
     assert table[0].worker_mb == 128 and table[1].server_mb == 128  # 2 x 64 x 2 workers / 2
     assert table[2].predicted_s == 0.16
     assert bench.recommend(table) == 1  # 0.16 is within 10% of the best 0.15
-    fast = bench.rows([1.0, 0.5, 0.48], [1, 2, 4], 4, 2 ** 20, one_host=False)
+    fast = bench.rows([1.0, 0.5, 0.48], [1, 2, 4], 4, bench.key_sizes(64, 8), one_host=False)
     assert bench.recommend(fast) == 2 and fast[1].predicted_s == 0.5
+    lopsided = bench.rows([1.0, 1.0], [1, 4], 2, bench.key_sizes(2, 1), one_host=False)
+    assert lopsided[1].server_mb == 8  # one key below the bound: one server does it all
 
 
 def test_worker_zeros_result_line_is_found():
@@ -46,6 +55,10 @@ def test_the_bench_runs_a_real_job_per_server_count():
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert [r["servers"] for r in result["rows"]] == [1, 2]
     assert all(r["step_s"] > 0 and r["worker_mb_per_step"] == 4 for r in result["rows"])
+    # 3 keys below the big-array bound, each whole on one server: with 2 servers, keys 0 and 2
+    # land on server 0 ((key * 9973) % 2), which moves 2/3 of the 8 MB
+    assert [r["busiest_server_mb_per_step"] for r in result["rows"]] == \
+        pytest.approx([8, 16 / 3], rel=1e-5)
     assert result["recommended_servers"] in (1, 2)
     assert "recommended: -s" in out.stdout and "-s 2: 2 worker(s)" in out.stderr
 
@@ -64,6 +77,7 @@ def test_a_failed_bench_job_ends_the_bench_with_launchs_report_and_code():
     (["--servers", "0,1"], "distinct server counts"),
     (["--servers", "1,1"], "distinct server counts"),
     (["--mbytes", "0"], "--mbytes"),
+    (["--mbytes", "nan"], "--mbytes"),
     (["-n", "0"], "--num-workers"),
 ])
 def test_bad_bench_input_is_one_line_and_exit_2(args, message):

@@ -68,3 +68,23 @@ def test_without_tensorboardx_the_error_names_the_extra(tmp_path):
 def test_an_unwritable_csv_path_fails_before_training(small, tmp_path):
     with pytest.raises(ValueError, match="CSVLogger cannot write"):
         fit_mlp(small[0], callbacks=[CSVLogger(tmp_path / "missing" / "log.csv")])
+
+
+def test_append_keeps_earlier_runs_and_two_quick_fits_keep_both_event_files(small, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    path, tb = tmp_path / "log.csv", tmp_path / "tb"
+    net, first = fit_mlp(small[0], epochs=2, callbacks=[CSVLogger(path), TensorBoard(tb)])
+    _, second = fit_mlp(small[0], epochs=2, net=net, callbacks=[CSVLogger(path), TensorBoard(tb)])
+    rows = _rows(path)  # as Keras: a new run's rows follow the earlier run's
+    assert [float(r["loss"]) for r in rows] == pytest.approx(
+        first.history["loss"] + second.history["loss"], rel=1e-12)
+    assert len(list(tb.iterdir())) == 2  # one event file per fit, even within one second
+    losses = []
+    for events_file in sorted(tb.iterdir()):
+        events = EventAccumulator(str(events_file))
+        events.Reload()
+        losses.append([s.value for s in events.Scalars("loss")])
+    expected = [first.history["loss"], second.history["loss"]]
+    matches = [[i for i, h in enumerate(expected) if v == pytest.approx(h, rel=1e-6)]
+               for v in losses]
+    assert sorted(sum(matches, [])) == [0, 1], (losses, expected)

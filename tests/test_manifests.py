@@ -17,11 +17,12 @@ def env_of(container):
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
 
 
+@pytest.mark.parametrize("version", ["1.26.0", "1.28.0", K8S])  # podFailurePolicy: 1.26+
 @pytest.mark.parametrize("layout", ["one-job", "per-role"])
-def test_every_object_is_valid_kubernetes(layout):
+def test_every_object_is_valid_kubernetes(layout, version):
     for item in kubernetes("job", "img:1", ["python", "t.py"], 4, 2, gpus_per_worker=2,
                            layout=layout, active_deadline=3600)["items"]:
-        kubernetes_validate.validate(item, K8S, strict=True)
+        kubernetes_validate.validate(item, version, strict=True)
 
 
 def test_the_validator_catches_mistakes():
@@ -38,8 +39,9 @@ def test_one_indexed_job_that_fails_whole_on_any_nonzero_exit():
     spec = job["spec"]
     pod = spec["template"]["spec"]
     assert (spec["completions"], spec["parallelism"], spec["completionMode"]) == (7, 7, "Indexed")
-    assert spec["podFailurePolicy"] == {"rules": [{"action": "FailJob", "onExitCodes": {
-        "containerName": "gluondist", "operator": "NotIn", "values": [0]}}]}
+    assert spec["podFailurePolicy"] == {"rules": [{
+        "action": "FailJob", "onPodConditions": [],
+        "onExitCodes": {"containerName": "gluondist", "operator": "NotIn", "values": [0]}}]}
     assert (pod["restartPolicy"], pod["subdomain"]) == ("Never", "train")
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["selector"] == spec["template"]["metadata"]["labels"]

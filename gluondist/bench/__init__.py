@@ -6,10 +6,10 @@ supervision and failure reports as ``gluondist launch``); its workers run ``work
 
 The cost model (README, "Choosing the number of servers"): per step every worker pushes and
 pulls the model's P bytes, so a worker's link carries 2P and, with the keys spread evenly, a
-server's link 2WP/S. Across hosts the step takes T(S) = max(2WP / (S B), 2P / B) for link
-bandwidth B, which the single-server row calibrates (T(1) = 2WP / B when W >= 1): T(S) =
-T(1) max(1/S, 1/W). On one host every byte goes through the same memory and cores whatever S
-is: T(S) = T(1).
+server's link 2WP times its share of the keys (1/S when they spread evenly; MXNet's placement
+rules in :func:`busiest_share`). Across hosts the step takes T(S) = max(2WP share / B, 2P / B)
+for link bandwidth B, which the single-server row calibrates: T(S) = T(1) max(share, 1/W).
+On one host every byte goes through the same memory and cores whatever S is: T(S) = T(1).
 """
 from __future__ import annotations
 
@@ -22,38 +22,62 @@ PREFIX = "gluondist-bench "
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 
 
+def key_sizes(mbytes: float, keys: int) -> List[int]:
+    """float32 elements per key: ``mbytes`` split as evenly as possible into ``keys`` arrays."""
+    total = max(keys, int(mbytes * 2 ** 20 / 4))
+    return [total // keys + (1 if i < total % keys else 0) for i in range(keys)]
+
+
+def busiest_share(sizes: Sequence[int], servers: int) -> float:
+    """The fraction of the elements that the busiest server holds, as MXNet 1.9.1 places keys
+    0..K-1: an array of at least MXNET_KVSTORE_BIGARRAY_BOUND elements is sliced evenly over
+    every server, a smaller one goes whole to server (key * 9973) % servers."""
+    bound = int(os.environ.get("MXNET_KVSTORE_BIGARRAY_BOUND", 1000 * 1000))
+    load = [0.0] * servers
+    for key, size in enumerate(sizes):
+        if size >= bound:
+            for s in range(servers):
+                load[s] += size / servers
+        else:
+            load[(key * 9973) % servers] += size
+    return max(load) / sum(sizes)
+
+
 @dataclass(frozen=True)
 class Row:
     servers: int
     step_s: float
     worker_mb: float  # megabytes each worker moves per step (push + pull)
-    server_mb: float  # megabytes each server moves per step (all workers' pushes and pulls)
+    server_mb: float  # megabytes the busiest server moves per step (all workers' push + pull)
     gbytes_per_s: float  # each worker's effective throughput
     predicted_s: float
 
     def as_dict(self) -> dict:
         return {"servers": self.servers, "step_s": self.step_s, "worker_mb_per_step":
-                self.worker_mb, "server_mb_per_step": self.server_mb,
+                self.worker_mb, "busiest_server_mb_per_step": self.server_mb,
                 "worker_gb_per_s": self.gbytes_per_s, "predicted_step_s": self.predicted_s}
 
 
-def predict(one_server_s: float, servers: int, workers: int, one_host: bool) -> float:
-    """The model's step time for ``servers``, calibrated by the measured single-server step."""
+def predict(one_server_s: float, share: float, workers: int, one_host: bool) -> float:
+    """The model's step time when the busiest server holds ``share`` of the bytes, calibrated
+    by the measured single-server step."""
     if one_host:
         return one_server_s
-    return one_server_s * max(1.0 / servers, 1.0 / workers)
+    return one_server_s * max(share, 1.0 / workers)
 
 
-def rows(steps_s: Sequence[float], servers: Sequence[int], workers: int, nbytes: int,
-         one_host: bool) -> List[Row]:
+def rows(steps_s: Sequence[float], servers: Sequence[int], workers: int,
+         sizes: Sequence[int], one_host: bool) -> List[Row]:
     """The table, from the measured step time of each server count (``servers[0]`` need not
     be 1: the model is then calibrated from the smallest count, scaled to one server)."""
-    order = sorted(range(len(servers)), key=lambda i: servers[i])
-    base_s, base_n = steps_s[order[0]], servers[order[0]]
-    one_server_s = base_s if one_host else base_s / max(1.0 / base_n, 1.0 / workers)
+    share = {s: busiest_share(sizes, s) for s in servers}
+    base = min(servers)
+    base_s = steps_s[list(servers).index(base)]
+    one_server_s = base_s if one_host else base_s / max(share[base], 1.0 / workers)
+    nbytes = 4 * sum(sizes)
     mb = nbytes / 2 ** 20
-    return [Row(s, t, 2 * mb, 2 * mb * workers / s, 2 * nbytes / t / 1e9,
-                predict(one_server_s, s, workers, one_host))
+    return [Row(s, t, 2 * mb, 2 * mb * workers * share[s], 2 * nbytes / t / 1e9,
+                predict(one_server_s, share[s], workers, one_host))
             for s, t in zip(servers, steps_s)]
 
 
@@ -72,11 +96,11 @@ def parse(lines: Sequence[str]) -> Optional[dict]:
 
 
 def format_table(table: Sequence[Row], recommended: int) -> List[str]:
-    out = [f"{'servers':>7} {'step s':>8} {'model s':>8} {'MB/worker':>10} {'MB/server':>10} "
-           f"{'GB/s/worker':>12}"]
+    out = [f"{'servers':>7} {'step s':>8} {'model s':>8} {'MB/worker':>10} "
+           f"{'MB/busiest server':>18} {'GB/s/worker':>12}"]
     for r in table:
         out.append(f"{r.servers:>7} {r.step_s:>8.4f} {r.predicted_s:>8.4f} {r.worker_mb:>10.1f} "
-                   f"{r.server_mb:>10.1f} {r.gbytes_per_s:>12.3f}")
+                   f"{r.server_mb:>18.1f} {r.gbytes_per_s:>12.3f}")
     out.append(f"recommended: -s {recommended} (the fewest servers within 10% of the best step "
                "time)")
     return out
@@ -107,5 +131,5 @@ def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: i
         measured.append(found)
     one_host = base_options.launcher == "local" or len(base_options.hosts) <= 1
     table = rows([m["step_s"] for m in measured], servers, base_options.num_workers,
-                 measured[0]["bytes"], one_host)
+                 key_sizes(mbytes, keys), one_host)
     return table, recommend(table), None

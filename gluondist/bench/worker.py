@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from gluondist import kvstore
+from gluondist.bench import key_sizes
 from gluondist._mx import mx
 
 WARMUP = 3
@@ -19,8 +20,8 @@ FIRST_KEY = 0  # this process trains nothing: no trainer's keys to avoid
 
 def main(mbytes: float, keys: int, steps: int) -> None:
     kv = kvstore.create("dist_sync")
-    total = max(keys, int(mbytes * 2 ** 20 / 4))
-    sizes = [total // keys + (1 if i < total % keys else 0) for i in range(keys)]
+    sizes = key_sizes(mbytes, keys)
+    total = sum(sizes)
     ids = [FIRST_KEY + i for i in range(keys)]
     grads = [mx.nd.ones((n,)) for n in sizes]
     pulled = [mx.nd.zeros((n,)) for n in sizes]

@@ -109,7 +109,9 @@ def watch(plan: LaunchPlan, group: ProcessGroup, joins: Joins, start_timeout: fl
         now = time.monotonic()
         if not joins.formed and now - started > start_timeout:
             return _timed_out(plan, joins, start_timeout)
-        idle = stalls.check(now) if stalls is not None else None
+        # Stalls count from the moment the job formed: before that, start-up (imports, data
+        # downloads) is --start-timeout's business.
+        idle = stalls.check(now) if stalls is not None and joins.formed else None
         if idle is not None:
             return _stalled(group, stalls, idle)
         time.sleep(POLL)

@@ -21,14 +21,19 @@ class StallWatch:
         self.last: Dict[str, float] = {c.spec.label: now for c in workers}
         self._cpu: Dict[str, Optional[float]] = {}
         self._sampled = now
+        self._checking = False
 
     def _progress_at(self, child: Child) -> float:
         if child.batches is not None:
-            return child.batches_at
+            return max(child.batches_at, self.last[child.spec.label])
         return self.last[child.spec.label]
 
     def check(self, now: float) -> Optional[float]:
-        """Seconds since the last progress of any running worker, once past the timeout."""
+        """Seconds since the last progress of any running worker, once past the timeout.
+        Called from the moment the job formed: the clock starts then."""
+        if not self._checking:
+            self._checking = True
+            self.last = dict.fromkeys(self.last, now)
         if now - self._sampled >= CPU_SAMPLE:
             self._sample(now)
         running = [c for c in self.workers if c.exited is None]
