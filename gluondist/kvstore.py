@@ -108,7 +108,8 @@ def create(kind: str = "auto", num_contexts: int = 1):
     _dist_kvstore = mx.kv.create(kind)
     expected = os.environ.get(envvars.GLUONDIST_RANK)
     if expected is not None and int(expected) != _dist_kvstore.rank:
-        log.warning("launcher rank %s got kvstore rank %d (a port was taken at start); "
+        log.warning("launcher rank %s got kvstore rank %d (ps-lite numbers workers by address "
+                    "and port: a port taken at start, or pods on Kubernetes, can reorder them); "
                     "gluondist.kvstore.rank() follows the kvstore", expected, _dist_kvstore.rank)
     return _dist_kvstore
 
