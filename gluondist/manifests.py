@@ -11,6 +11,8 @@ launchers.
 """
 from __future__ import annotations
 
+import copy
+
 from typing import Dict, List, Optional, Sequence
 
 from . import envvars as ev
@@ -48,6 +50,13 @@ def container_command(command: Sequence[str], num_servers: int, kvstore: str,
             "--", *command]
 
 
+# Any process failing fails the Job; Kubernetes then ends all its other pods. (onPodConditions:
+# [] is no condition, but the 1.26-1.28 schemas require the field.)
+FAIL_ON_ANY_ERROR = {"rules": [{
+    "action": "FailJob", "onPodConditions": [],
+    "onExitCodes": {"containerName": CONTAINER, "operator": "NotIn", "values": [0]}}]}
+
+
 def kubernetes(name: str, image: str, command: Sequence[str], num_workers: int,
                num_servers: int, port: int = 9091, kvstore: str = "dist_sync",
                gpus_per_worker: int = 0, env: Optional[Dict[str, str]] = None,
@@ -77,13 +86,7 @@ def kubernetes(name: str, image: str, command: Sequence[str], num_workers: int,
         role_labels = {**labels, "gluondist.io/role": role} if role else labels
         spec = {
             "completions": count, "parallelism": count, "completionMode": "Indexed",
-            "backoffLimit": 0,
-            # any process failing fails the Job; Kubernetes then ends all its other pods
-            # onPodConditions: [] (no condition) is required by the 1.26-1.28 schemas
-            "podFailurePolicy": {"rules": [{"action": "FailJob", "onPodConditions": [],
-                                            "onExitCodes": {"containerName": CONTAINER,
-                                                            "operator": "NotIn",
-                                                            "values": [0]}}]},
+            "backoffLimit": 0, "podFailurePolicy": copy.deepcopy(FAIL_ON_ANY_ERROR),
             "template": {
                 "metadata": {"labels": role_labels},
                 "spec": {"restartPolicy": "Never", "subdomain": name,
