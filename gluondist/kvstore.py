@@ -185,6 +185,16 @@ def allreduce(values: Sequence[float], key: int = 1 << 30) -> np.ndarray:
 _allreduce_keys: set = set()
 
 
+def allgather(values: Sequence[float]) -> np.ndarray:
+    """Every worker's ``values``, as rows ``(num_workers, len(values))`` in rank order (just this
+    process's row outside a distributed job). All workers must call it together."""
+    values = np.asarray(values, dtype=np.float64)
+    workers = num_workers() if _dist_kvstore is not None else 1
+    table = np.zeros((workers, len(values)))
+    table[rank() if _dist_kvstore is not None else 0] = values
+    return allreduce(table.ravel()).reshape(workers, len(values))
+
+
 class ShardedBatchSampler:
     """Splits each *global* batch across workers so all run the same number of batches.
 

@@ -12,7 +12,6 @@ launchers.
 from __future__ import annotations
 
 import copy
-
 from typing import Dict, List, Optional, Sequence
 
 from . import envvars as ev

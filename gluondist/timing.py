@@ -63,15 +63,13 @@ class EpochClock:
         return {"data_seconds": self.data, "compute_seconds": rest - sync, "sync_seconds": sync}
 
 
-def over_workers(split: Dict[str, float], rank: int, workers: int, allreduce) -> Dict[str, float]:
+def over_workers(split: Dict[str, float], allgather) -> Dict[str, float]:
     """The mean of each figure over the job's workers, and the figures of the slowest worker
-    (the largest sum) as ``slowest_*`` with its rank as ``slowest_worker``."""
-    table = [0.0] * (len(KEYS) * workers)
-    table[rank * len(KEYS):(rank + 1) * len(KEYS)] = [split[k] for k in KEYS]
-    table = list(allreduce(table))
-    rows = [table[r * len(KEYS):(r + 1) * len(KEYS)] for r in range(workers)]
-    slowest = max(range(workers), key=lambda r: sum(rows[r]))
-    out = {k: sum(row[i] for row in rows) / workers for i, k in enumerate(KEYS)}
-    out.update({f"slowest_{k}": rows[slowest][i] for i, k in enumerate(KEYS)})
+    (the largest sum) as ``slowest_*`` with its rank as ``slowest_worker``; ``allgather`` gives
+    every worker's row (:func:`gluondist.kvstore.allgather`)."""
+    rows = allgather([split[k] for k in KEYS])
+    slowest = int(rows.sum(axis=1).argmax())
+    out = {k: float(mean) for k, mean in zip(KEYS, rows.mean(axis=0))}
+    out.update({f"slowest_{k}": float(v) for k, v in zip(KEYS, rows[slowest])})
     out["slowest_worker"] = float(slowest)
     return out

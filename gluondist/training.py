@@ -240,7 +240,7 @@ def _train_epoch(run: Run, epoch: int) -> dict:
     logs.update(epoch_seconds=seconds, samples_per_s=samples / seconds)
     split = clock.split(seconds)
     if run.step.agree and run.num_workers > 1:
-        split = timing.over_workers(split, run.rank, run.num_workers, kvs.allreduce)
+        split = timing.over_workers(split, kvs.allgather)
     logs.update(split)
     return logs
 

@@ -8,7 +8,6 @@ import json
 import sys
 import time
 
-import numpy as np
 
 from gluondist import kvstore
 from gluondist.bench import key_sizes
@@ -35,11 +34,8 @@ def main(mbytes: float, keys: int, steps: int) -> None:
         kv.pushpull(ids, grads, out=pulled)
         mx.nd.waitall()
     elapsed = time.perf_counter() - start
-    workers, rank = kv.num_workers, kv.rank
-    each = np.zeros(workers)
-    each[rank] = elapsed / steps
-    each = kvstore.allreduce(each)  # every worker's step time
-    if rank == 0:
+    each = kvstore.allgather([elapsed / steps])[:, 0]  # every worker's step time
+    if kv.rank == 0:
         print("gluondist-bench " + json.dumps({"step_s": float(each.max()),
                                               "worker_step_s": each.tolist(),
                                               "bytes": 4 * total}), flush=True)
