@@ -231,6 +231,15 @@ class EpochLogger(Callback):
             log.info("epoch %d/%d: %s", epoch + 1, run.epochs, format_logs(logs, self.time_split))
 
 
+def check_writable_file(path: str, owner: str) -> None:
+    """Raise ValueError (before training) unless ``owner`` can write a file at ``path``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path) or not os.path.isdir(folder) or \
+            not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{owner} cannot write {path}: give a file path in an existing, "
+                         "writable directory")
+
+
 class Checkpointer(Callback):
     """After every epoch, worker 0 writes a checkpoint to ``directory`` (see
     :mod:`gluondist.checkpoint`): parameters, optimizer state, history, RNG and callback
@@ -390,11 +399,7 @@ class SaveBest(_Monitor, Callback):
 
     def check(self, keys: Sequence[str]) -> None:
         super().check(keys)
-        folder = os.path.dirname(os.path.abspath(self.path))
-        if os.path.isdir(self.path) or not os.path.isdir(folder) or \
-                not os.access(folder, os.W_OK | os.X_OK):
-            raise ValueError(f"SaveBest cannot write {self.path}: give a file path in an "
-                             "existing, writable directory")
+        check_writable_file(self.path, "SaveBest")
 
     def on_epoch_end(self, run, epoch, logs):
         if self.improved(logs) and run.rank == 0:

@@ -119,6 +119,13 @@ def _borrow(loader, batch_sampler):
         yield from batches
 
 
+def check_count(value, name: str, least: int) -> None:
+    """Raise ValueError unless ``value`` is an integer (not a bool) of at least ``least``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+        kind = "positive" if least > 0 else "non-negative"
+        raise ValueError(f"{name} must be a {kind} integer, not {value!r}")
+
+
 def _float32(array):
     """As for arrays: integers and float64 become float32 (float16 is left alone)."""
     return array if array.dtype in (np.float32, np.float16) else array.astype(np.float32)

@@ -6,8 +6,8 @@ from typing import Tuple, Union
 import numpy as np
 
 from . import kvstore as kvs, parallel
-from .data import source
-from .objective import Objective, Tally, check_batch, forward
+from .data import check_count, source
+from .objective import Objective, Tally, check_batch, forward, outputs_of
 
 
 def run_pass(net, objective: Objective, src, ctxs, batch_size: int, rank: int = 0,
@@ -54,9 +54,7 @@ def predict(net, data, batch_size=None, ctx=None) -> Union[np.ndarray, Tuple[np.
     sampler = kvs.ShardedBatchSampler(len(src), batch_size, shuffle=False)
     chunks = []
     for _, _, data_parts, _ in src.epoch(sampler, ctxs):
-        outputs = [forward(net, d) for d in data_parts if d is not None]
-        several = isinstance(outputs[0], (tuple, list))
-        parts = [list(o) if several else [o] for o in outputs]
+        parts = [outputs_of(forward(net, d)) for d in data_parts if d is not None]
         chunks.append([np.concatenate([p[j].asnumpy() for p in parts])
                        for j in range(len(parts[0]))])
     columns = [np.concatenate(col) for col in zip(*chunks)]
@@ -72,8 +70,6 @@ def _setup(net, data, batch_size, ctx, labelled=True, default=32):
     parallel.initialize(net, ctxs)  # moved to ctxs, values kept
     src, loader_batch = source(data, "data", labelled=labelled)
     batch_size = batch_size or loader_batch or default
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or \
-            batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, not {batch_size!r}")
+    check_count(batch_size, "batch_size", 1)
     return ctxs, src, batch_size
 

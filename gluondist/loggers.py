@@ -8,7 +8,7 @@ import csv
 import os
 from typing import List, Optional
 
-from .callbacks import Callback
+from .callbacks import Callback, check_writable_file
 
 TENSORBOARD_HINT = "pip install 'gluondist[tensorboard]'"
 
@@ -25,10 +25,7 @@ class CSVLogger(Callback):
         self._rows: Optional[List[dict]] = None
 
     def check(self, keys) -> None:
-        folder = os.path.dirname(os.path.abspath(self.path))
-        if os.path.isdir(self.path) or not os.access(folder, os.W_OK | os.X_OK):
-            raise ValueError(f"CSVLogger cannot write {self.path}: give a file path in an "
-                             "existing, writable directory")
+        check_writable_file(self.path, "CSVLogger")
 
     def on_train_begin(self, run):
         if run.rank != 0:

@@ -175,13 +175,21 @@ def check_batch(net, objective: Optional[Objective], src, name: str, ctx, batch_
     return objective
 
 
-def _check_class_weight(objective: Objective, out, label, class_weight) -> None:
-    loss = objective.losses[0]
+def _class_axis(loss, out) -> Optional[int]:
+    """The axis of ``out`` that holds the classes when ``loss`` is softmax cross-entropy with
+    class-index (sparse) labels; None for any other loss."""
     if not isinstance(loss, mx.gluon.loss.SoftmaxCrossEntropyLoss) or \
             not getattr(loss, "_sparse_label", True):
+        return None
+    return getattr(loss, "_axis", -1) % out.ndim
+
+
+def _check_class_weight(objective: Objective, out, label, class_weight) -> None:
+    axis = _class_axis(objective.losses[0], out)
+    if axis is None:
         raise ValueError("class_weight needs class-index labels for the first output (softmax "
                          "cross-entropy with sparse labels); give sample weights instead")
-    classes = out.shape[getattr(loss, "_axis", -1) % out.ndim]
+    classes = out.shape[axis]
     if len(class_weight) != classes:
         raise ValueError(f"class_weight has {len(class_weight)} classes but the net outputs "
                          f"{classes}; give a weight for each class 0..{classes - 1}")
@@ -190,10 +198,9 @@ def _check_class_weight(objective: Objective, out, label, class_weight) -> None:
 def _check_labels(loss, out, label, all_labels, name) -> None:
     """Sparse softmax cross-entropy needs one integer class 0..C-1 per sample: the loss would
     otherwise clip bad labels and train on without a word."""
-    if not isinstance(loss, mx.gluon.loss.SoftmaxCrossEntropyLoss) or \
-            not getattr(loss, "_sparse_label", True):
+    axis = _class_axis(loss, out)
+    if axis is None:
         return
-    axis = getattr(loss, "_axis", -1) % out.ndim
     classes = out.shape[axis]
     if label.size != out.size // classes:
         raise ValueError(f"{name} has labels of shape {label.shape} for outputs of shape "

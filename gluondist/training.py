@@ -18,7 +18,7 @@ from . import checkpoint, kvstore as kvs, parallel, timing
 from ._mx import mx
 from .callbacks import (Callback, CallbackList, Checkpointer, EpochLogger, Heartbeat,
                         History, ProgressBar, StopAgreement)
-from .data import source
+from .data import check_count, source
 from .evaluation import run_pass
 from .metrics import last_line
 from .objective import Tally, check_batch
@@ -102,9 +102,9 @@ def _prepare(net, train_data, loss, optimizer, optimizer_params, epochs, batch_s
     workers = kvs.num_workers() if kind in kvs.DIST_KINDS else 1
     if batch_size is None:  # Keras' default, but never more than each worker's share
         batch_size = loader_batch or max(1, min(32, len(train) // workers))
-    _check_count(batch_size, "batch_size", 1)
-    _check_count(epochs, "epochs", 0)
-    _check_count(accumulate, "accumulate", 1)
+    check_count(batch_size, "batch_size", 1)
+    check_count(epochs, "epochs", 0)
+    check_count(accumulate, "accumulate", 1)
     if batch_size * workers > len(train):
         raise ValueError(f"batch_size {batch_size} x {workers} worker(s) exceeds the "
                          f"{len(train)} training samples; lower batch_size")
@@ -319,12 +319,6 @@ class _BatchLogs(Mapping):
 
     def __len__(self):
         return 3
-
-
-def _check_count(value, name: str, least: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-        kind = "positive" if least > 0 else "non-negative"
-        raise ValueError(f"{name} must be a {kind} integer, not {value!r}")
 
 
 def _check_optimizer(optimizer, optimizer_params):
