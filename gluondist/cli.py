@@ -5,7 +5,6 @@ import os
 import shlex
 import signal
 import sys
-import threading
 
 import click
 
@@ -14,7 +13,7 @@ from .kinds import DIST_KINDS
 from .launcher.errors import LaunchError
 from .launcher.options import LaunchOptions
 from .launcher.plan import LaunchPlan
-from .launcher.session import dry_run as plan_only, launch_job
+from .launcher.session import dry_run as plan_only, launch_job, terminal
 
 
 class _Terminated(Exception):
@@ -96,24 +95,9 @@ def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs,
     if dry_run:
         _print_plan(plan_only(options, os.environ, cores))
         return
-    result = _supervised(lambda: launch_job(options, _console(), base_env=os.environ,
+    result = _supervised(lambda: launch_job(options, terminal(), base_env=os.environ,
                                             cores=cores))
     sys.exit(result.exit_code)
-
-
-def _console():
-    """``show(text, note)`` for the launcher: process lines on stdout, notes on stderr."""
-    lock = threading.Lock()
-
-    def show(text: str, note: bool) -> None:
-        stream = sys.stderr if note else sys.stdout
-        with lock:  # one write per line: lines from different processes never mix
-            try:
-                stream.write(text + "\n")
-                stream.flush()
-            except OSError:  # the terminal went away (SIGHUP, `| head`); the logs keep all
-                pass
-    return show
 
 
 def _supervised(run):
@@ -179,7 +163,7 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, launcher_k
                             start_timeout=start_timeout, env=_env_pairs(env_pairs),
                             launcher=launcher_kind, hosts=hosts_arg or (), interface=interface,
                             ssh_config=ssh_config, scheduler_address=scheduler_address)
-    show = _console()
+    show = terminal()
     table, recommended, failed = _supervised(lambda: run(
         options, servers, mbytes, keys, steps,
         lambda opts, shw, rec: launch_job(opts, shw, rec, base_env=os.environ), show))

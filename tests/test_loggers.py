@@ -6,7 +6,6 @@ import sys
 
 import pytest
 
-import gluondist
 from gluondist import CSVLogger, TensorBoard
 from conftest import fit_mlp
 

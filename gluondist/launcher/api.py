@@ -1,14 +1,13 @@
 """``gluondist.launch()``: start a parameter-server job from Python (a notebook, a test)."""
 from __future__ import annotations
 
-import sys
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from .monitor import LaunchResult
 from .options import LaunchOptions
 from .plan import ProcessSpec
-from .session import launch_job
+from .session import launch_job, terminal
 
 
 def launch(command: Union[str, Sequence[str]], *args: str, num_workers: int = 1,
@@ -42,11 +41,7 @@ def launch(command: Union[str, Sequence[str]], *args: str, num_workers: int = 1,
         with lock:
             logs.setdefault(spec.label, []).append(line)
 
-    def show(text: str, note: bool) -> None:
-        if echo:
-            with lock:
-                print(text, file=sys.stderr if note else sys.stdout, flush=True)
-
+    show = terminal() if echo else (lambda text, note: None)
     result = launch_job(options, show, record)
     result.logs = logs
     return result

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
+import threading
 from typing import Callable, Mapping, Optional
 
 from .. import envvars as ev
@@ -25,6 +27,23 @@ from .report import failure_lines, final_lines
 
 PORT_ATTEMPTS = 3
 Show = Callable[[str, bool], None]
+
+
+def terminal() -> Show:
+    """The console both doors show the job on: process lines on stdout, the launcher's notes
+    and reports on stderr, one locked write per line (lines from different processes never
+    mix). A terminal that went away (SIGHUP, ``| head``) is ignored: the logs keep all."""
+    lock = threading.Lock()
+
+    def show(text: str, note: bool) -> None:
+        stream = sys.stderr if note else sys.stdout
+        with lock:
+            try:
+                stream.write(text + "\n")
+                stream.flush()
+            except OSError:
+                pass
+    return show
 
 
 def read_hosts(arg: str):
