@@ -189,8 +189,9 @@ def _restore(plan: _Plan, resume: bool) -> Optional[checkpoint.Checkpoint]:
 
 def _callback_list(plan: _Plan, progress) -> CallbackList:
     """The user's callbacks with fit's own around them, unless the user passed their kind:
-    the bar or log line first, then the user's, History, the heartbeat, the checkpoint last
-    (so it records what every other callback did this epoch)."""
+    the bar or log line first, then the user's, the stop agreement (a job's workers agree on
+    the user's stop requests), History, the heartbeat, the checkpoint last (so it records what
+    every other callback did this epoch)."""
     mine = plan.callbacks
     has = lambda kind: any(isinstance(cb, kind) for cb in mine)
     before, after = [], [StopAgreement()]
