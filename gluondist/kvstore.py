@@ -25,6 +25,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import envvars, parallel
+from .safepickle import check_sendable
 from ._mx import mx
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
                 raise ValueError("dist_async needs make_trainer(..., batch_size=LOCAL_BATCH): "
                                  "the servers fix the gradient scale when they get the optimizer")
             trainer._optimizer.rescale_grad = trainer._scale / batch_size
+            check_sendable(trainer._optimizer)  # what the servers will load, refused here first
         # Trainer would do this lazily inside the first step(), after the forward pass; doing
         # it now and waiting closes the init-pull / gradient-push race described above.
         trainer._init_kvstore()

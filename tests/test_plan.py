@@ -18,9 +18,9 @@ def test_plan_for_two_workers_and_one_server():
     plan = build_plan(options, 9000, [9103, 9101, 9102], cores=4, base_env={})
     assert plan.port == 9000
     assert plan.specs == (
-        ProcessSpec("scheduler", 0, "127.0.0.1", (PY, "-c", "import mxnet"),
+        ProcessSpec("scheduler", 0, "127.0.0.1", (PY, "-m", "gluondist.launcher.server"),
                     {**COMMON, "DMLC_ROLE": "scheduler", "OMP_NUM_THREADS": "1", "X": "1"}),
-        ProcessSpec("server", 0, "127.0.0.1", (PY, "-c", "import mxnet"),
+        ProcessSpec("server", 0, "127.0.0.1", (PY, "-m", "gluondist.launcher.server"),
                     {**COMMON, "DMLC_ROLE": "server", "OMP_NUM_THREADS": "1", "PORT": "9101",
                      "X": "1"}),
         ProcessSpec("worker", 0, "127.0.0.1", (*BOOT, JOB, "-n", "8"),

@@ -13,9 +13,10 @@ from typing import Dict, Optional, Sequence, Tuple
 from .. import envvars as ev
 
 ROLES = ("scheduler", "server", "worker")
-# Scheduler and servers run MXNet's own server loop, which starts on import when DMLC_ROLE
-# is not 'worker' (mxnet/kvstore/kvstore_server.py); they never run the user's script.
-SERVER_ARGV = ("-c", "import mxnet")
+# Scheduler and servers run MXNet's server loop behind gluondist's controller, which loads
+# no pickle but an MXNet optimizer's (server.py); they never run the user's script.
+SERVER_MODULE = "gluondist.launcher.server"
+SERVER_ARGV = ("-m", SERVER_MODULE)
 BOOTSTRAP_MODULE = "gluondist.launcher.bootstrap"
 BOOTSTRAP = ("-m", BOOTSTRAP_MODULE)
 

@@ -1,0 +1,194 @@
+"""The servers load no pickle but an MXNet optimizer's, a server's error fails the job, and
+nothing in gluondist loads a pickle any other way."""
+import ast
+import copy
+import itertools
+import os
+import pickle
+from pathlib import Path
+
+import mxnet as mx
+import pytest
+
+from gluondist import safepickle
+from gluondist.launcher import server
+from gluondist.safepickle import Refused, check_sendable, load_optimizer
+
+from conftest import ROOT, SCRIPTS
+
+S = mx.lr_scheduler
+SCHEDULERS = [None, S.FactorScheduler(step=10, factor=0.5),
+              S.FactorScheduler(step=10, factor=0.5, warmup_steps=3, warmup_mode="constant"),
+              S.MultiFactorScheduler(step=[10, 20], factor=0.5),
+              S.PolyScheduler(max_update=100, base_lr=0.1, pwr=2),
+              S.CosineScheduler(max_update=100, base_lr=0.1, final_lr=0.01, warmup_steps=5)]
+# What users set; momentum only where the optimizer takes it.
+COMMON = dict(rescale_grad=0.125, clip_gradient=1.0, wd=1e-4, multi_precision=True,
+              param_idx2name={0: "dense0_weight", 1: "dense0_bias"}, begin_num_update=3)
+MOMENTUM = {"sgd", "nag", "signum", "dcasgd", "lbsgd", "lars"}
+
+
+def sent(optimizer):
+    """What kv.set_optimizer sends for ``optimizer``."""
+    return pickle.dumps(optimizer, 0)
+
+
+def state(obj):
+    """An optimizer's or scheduler's attributes, schedulers compared by theirs."""
+    return {k: state(v) if isinstance(v, S.LRScheduler) else v
+            for k, v in vars(obj).items() if k != "param_dict"}
+
+
+@pytest.mark.parametrize("name", sorted(mx.optimizer.Optimizer.opt_registry))
+def test_every_builtin_optimizer_with_every_scheduler_loads_unchanged(name):
+    for scheduler, extra in itertools.product(SCHEDULERS, [{}, {"momentum": 0.9}]):
+        if extra and name not in MOMENTUM:
+            continue
+        optimizer = mx.optimizer.create(name, lr_scheduler=copy.deepcopy(scheduler),
+                                        **COMMON, **extra)
+        optimizer.set_lr_mult({"dense0_weight": 2.0})
+        optimizer.set_wd_mult({"dense0_bias": 0.0})
+        loaded = load_optimizer(sent(optimizer))
+        assert type(loaded) is type(optimizer)
+        assert state(loaded) == state(optimizer)
+
+
+def test_a_trainers_optimizer_loads():
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Dense(4), mx.gluon.nn.BatchNorm(), mx.gluon.nn.Dense(2))
+    net.initialize()
+    net(mx.nd.ones((2, 3)))
+    trainer = mx.gluon.Trainer(net.collect_params(), "adam", {
+        "learning_rate": 0.1, "lr_scheduler": S.MultiFactorScheduler([5, 10], 0.1)})
+    assert state(load_optimizer(sent(trainer._optimizer))) == state(trainer._optimizer)
+
+
+def test_the_allowed_set_is_mxnets_classes_and_two_reconstructors():
+    classes = safepickle.optimizer_classes()
+    assert {module for module, _ in classes} == {
+        "mxnet.optimizer.optimizer", "mxnet.optimizer.contrib", "mxnet.lr_scheduler"}
+    assert ("mxnet.lr_scheduler", "CosineScheduler") in classes
+    assert {name for _, name in safepickle.PLAIN_GLOBALS} == {"_reconstructor", "object"}
+
+
+class Reduce:
+    def __init__(self, function, *args):
+        self.function, self.args = function, args
+
+    def __reduce__(self):
+        return self.function, self.args
+
+
+@mx.optimizer.register
+class UserOptimizer(mx.optimizer.SGD):
+    pass
+
+
+class UserScheduler(S.LRScheduler):
+    def __call__(self, num_update):
+        return self.base_lr
+
+
+@pytest.mark.parametrize("payload, refused", [
+    (sent(Reduce(os.system, "true")), "posix.system"),
+    (sent(Reduce(eval, "1")), "__builtin__.eval"),
+    (pickle.dumps(Reduce(eval, "1"), 4), "builtins.eval"),
+    (sent(Reduce(getattr, mx.optimizer.SGD, "mro")), "__builtin__.getattr"),
+    (sent(UserOptimizer()), f"{__name__}.UserOptimizer"),
+    (sent(mx.optimizer.SGD(lr_scheduler=UserScheduler())), f"{__name__}.UserScheduler"),
+    (sent({"lr": 0.1}), "a dict, which is not an optimizer"),
+    (sent(S.FactorScheduler(step=2)), "a FactorScheduler, which is not an optimizer"),
+    (sent(mx.optimizer.SGD())[:40], "a malformed pickle"),
+    (b"not a pickle", "a malformed pickle"),
+])
+def test_anything_else_is_refused_by_name(payload, refused):
+    with pytest.raises(Refused) as caught:
+        load_optimizer(payload)
+    assert str(caught.value).startswith(f"refused a command that would load {refused}")
+
+
+def test_an_unknown_command_is_refused():
+    with pytest.raises(Refused, match=r"would load an unknown command \(5\)"):
+        server.handle(5, sent(mx.optimizer.SGD()))
+    assert isinstance(server.handle(0, sent(mx.optimizer.SGD())), mx.optimizer.SGD)
+
+
+@pytest.mark.parametrize("optimizer, message", [
+    (UserOptimizer(), f"not {__name__}.UserOptimizer: use a built-in one, or dist_sync"),
+    (mx.optimizer.SGD(learning_rate=mx.nd.ones(1).asnumpy()[0]),
+     r"not numpy numbers \(its lr: give Python floats\)"),
+])
+def test_a_worker_refuses_what_its_servers_would(optimizer, message):
+    with pytest.raises(ValueError, match=message):
+        check_sendable(optimizer)
+    check_sendable(mx.optimizer.Adam(lr_scheduler=S.FactorScheduler(step=2)))
+
+
+LOADERS = {"pickle", "_pickle", "cPickle", "dill", "cloudpickle", "joblib", "shelve", "marshal"}
+
+
+def pickle_loads_in(path):
+    """Lines of ``path`` that load a pickle: a loader module's load/loads/Unpickler, or
+    ``allow_pickle=True``."""
+    tree = ast.parse(path.read_text(), str(path))
+    aliases = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
+               for a in n.names if a.name.split(".")[0] in LOADERS}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in LOADERS:
+            found += [node.lineno for a in node.names if a.name not in ("dumps", "dump")]
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in aliases and node.attr in ("load", "loads", "Unpickler"):
+            found.append(node.lineno)
+        elif isinstance(node, ast.keyword) and node.arg == "allow_pickle" \
+                and not (isinstance(node.value, ast.Constant) and node.value.value is False):
+            found.append(node.lineno)
+    return found
+
+
+def test_nothing_in_gluondist_loads_a_pickle_but_the_restricted_unpickler():
+    package = ROOT / "gluondist"
+    found = {str(p.relative_to(ROOT)): pickle_loads_in(p) for p in package.rglob("*.py")}
+    assert {p: lines for p, lines in found.items() if lines} == {
+        "gluondist/safepickle.py": [pickle_loads_in(package / "safepickle.py")[0]]}
+
+
+def test_the_pickle_check_finds_each_form(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("import pickle as p\nfrom dill import loads\nimport numpy as np\n"
+                     "p.loads(b'')\nnp.load('x', allow_pickle=True)\np.dumps(1)\n")
+    assert pickle_loads_in(probe) == [2, 4, 5]
+
+
+@pytest.mark.slow
+def test_a_malicious_optimizer_runs_nothing_and_fails_the_job_naming_the_server(launch,
+                                                                                tmp_path):
+    job = launch("-n", 2, "-s", 1, SCRIPTS / "server_attack.py", "pickle", tmp_path)
+    assert job.wait() != 0
+    assert not (tmp_path / "pwned").exists()
+    assert "server 0 failed first: exit code 1" in job.err, job.err
+    assert "refused a command that would load posix.system" in job.err + job.out
+    assert not list(tmp_path.glob("*.done"))
+    assert job.leftovers() == []
+
+
+@pytest.mark.slow
+def test_a_servers_exception_fails_the_job(launch, tmp_path):
+    job = launch("-n", 2, "-s", 1, SCRIPTS / "server_attack.py", "raises", tmp_path)
+    assert job.wait() != 0
+    assert "server 0 failed first: exit code 1" in job.err, job.err
+    assert "the optimizer's update raised" in job.err + job.out
+    assert "AttributeError" in job.err + job.out
+
+
+@pytest.mark.slow
+def test_dist_async_works_with_the_builtin_optimizers_and_schedulers(launch):
+    job = launch("-n", 1, "-s", 1, "--kvstore", "dist_async", SCRIPTS / "async_optimizers.py")
+    assert job.wait(timeout=300) == 0, job.err
+    done = [line.split()[3] for line in job.out.splitlines() if " same " in line]
+    assert done == ["adam", "sgd", "nag", "rmsprop", "adagrad", "adadelta", "ftml", "signum",
+                    "lamb", "adamax", "ftrl", "dcasgd", "lars", "lbsgd", "sgd"]
+    refusals = [line for line in job.out.splitlines() if "refused: " in line]
+    assert len(refusals) == 2
+    assert "not __main__.MyOptimizer: use a built-in one, or dist_sync" in refusals[0]
+    assert "numpy numbers (its lr: give Python floats)" in refusals[1]
