@@ -116,7 +116,8 @@ def create(kind: str = "auto", num_contexts: int = 1):
 
 
 def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
-                 num_contexts: int = 1, batch_size: Optional[int] = None):
+                 num_contexts: int = 1, batch_size: Optional[int] = None,
+                 chunk_bytes: Optional[int] = None):
     """A ``gluon.Trainer`` whose kvstore semantics are right, ready for the first step.
 
     ``kvstore`` is a kind (see :func:`create`) or a KVStore. Sync modes update on the workers
@@ -131,13 +132,25 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     Any number of trainers may be made in one process, one after another (a second ``fit``, a
     new model): each gets kvstore keys after the previous one's, so a distributed kvstore (which
     MXNet keeps for the life of the process) never sees a key registered twice. Every worker
-    must make the same sequence of trainers; in ``dist_sync`` this is checked."""
+    must make the same sequence of trainers; in ``dist_sync`` this is checked.
+
+    In sync modes each gradient of more than ``chunk_bytes`` (default :data:`CHUNK_BYTES`, or
+    ``GLUONDIST_CHUNK_BYTES``; 0 sends every one whole) is pushed and pulled in chunks of
+    about that size, on keys of their own, so the pull of one chunk overlaps the push of the
+    next: one big array then takes about as long as the same bytes in many small ones. The
+    chunks are views of the gradient, and the result is bit-equal to sending it whole."""
+    if chunk_bytes is None:
+        chunk_bytes = int(os.environ.get(envvars.GLUONDIST_CHUNK_BYTES, CHUNK_BYTES))
     kv = create(kvstore, num_contexts) if isinstance(kvstore, str) or kvstore is None else kvstore
     dist = kv is not None and "dist" in kv.type
     update_on_kvstore = None if kv is None else (dist and "async" in kv.type)
     if dist:
         params = list(params.values()) if hasattr(params, "values") else list(params)
-        kv = _KeyedStore(kv, _reserve_keys(kv, len(params), agree=not update_on_kvstore))
+        # dist_async's servers run the optimizer, which needs each parameter whole (its state,
+        # lr_mult by name, LARS' and LAMB's norms): only updates on the workers are chunked
+        chunks = [parameter_chunks(p, 0 if update_on_kvstore else chunk_bytes) for p in params]
+        kv = _KeyedStore(kv, _reserve_keys(kv, sum(map(len, chunks)), not update_on_kvstore),
+                         chunks)
     if isinstance(optimizer, mx.optimizer.Optimizer) and optimizer_params:
         raise ValueError("give optimizer_params only with an optimizer name: an "
                          "mx.optimizer.Optimizer instance carries its own settings")
@@ -277,39 +290,95 @@ def _reserve_keys(kv, count: int, agree: bool) -> int:
     return offset
 
 
+# 1 MiB: an 8 MB gradient then travels as 8 chunks, within a few percent of the same bytes in
+# 32 arrays on a link-bound job (benchmarks/), while a model of small layers sends as before.
+# Each chunk is below MXNet's big-array bound, so it goes whole to one server, and consecutive
+# keys alternate between servers ((key * 9973) % servers).
+CHUNK_BYTES = 1 << 20
+
+
+def chunk_bounds(size: int, itemsize: int, chunk_bytes: int) -> List[Tuple[int, int]]:
+    """``[start, stop)`` element ranges that split an array of ``size`` elements into chunks
+    of at most ``chunk_bytes``, as even as possible; the whole array when it fits or when
+    ``chunk_bytes`` is 0."""
+    per = chunk_bytes // itemsize
+    if chunk_bytes <= 0 or size <= max(per, 1):
+        return [(0, size)]
+    count = -(-size // max(per, 1))
+    cuts = [size * i // count for i in range(count + 1)]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
+def parameter_chunks(param, chunk_bytes: int) -> List[Tuple[int, int]]:
+    """A parameter's chunks (see chunk_bounds); sparse ones travel whole."""
+    size = int(np.prod(param.shape))
+    if param._stype != "default" or param._grad_stype != "default":
+        return [(0, size)]
+    return chunk_bounds(size, np.dtype(param.dtype).itemsize, chunk_bytes)
+
+
 class _KeyedStore(mx.kv.KVStoreBase):
-    """The process's distributed kvstore as one trainer sees it: its keys 0..n-1 moved to
-    ``offset``..``offset+n-1``. ``gluon.Trainer`` always numbers its parameters from 0, and a
-    second trainer on MXNet's one distributed kvstore would register those keys again and hang
-    in the init broadcast."""
+    """The process's distributed kvstore as one trainer sees it.
 
-    def __init__(self, kv, offset: int):
-        self._kv, self._offset = kv, offset
+    ``gluon.Trainer`` always numbers its parameters from 0, and a second trainer on MXNet's one
+    distributed kvstore would register those keys again and hang in the init broadcast: the
+    keys of this trainer start at ``offset``. A parameter with several ``chunks`` (element
+    ranges) gets one key per chunk, and its arrays travel as views of those ranges."""
 
-    def _key(self, key):
-        if isinstance(key, (list, tuple)):
-            return [k + self._offset for k in key]
-        return key + self._offset
+    def __init__(self, kv, offset: int, chunks: Sequence[Sequence[Tuple[int, int]]]):
+        self._kv, self._chunks = kv, [list(c) for c in chunks]
+        self._first = list(offset + np.cumsum([0] + [len(c) for c in chunks[:-1]]))
+
+    def _split(self, key, value=None):
+        """MXNet's keys and values for trainer key(s) ``key`` and their value(s): a chunked
+        key becomes its chunks' keys and views (a list of arrays, one per device, becomes a
+        list of views per chunk)."""
+        many = isinstance(key, (list, tuple))
+        keys, values = (key, value) if many else ([key], [value])
+        if value is None:
+            values = [None] * len(keys)
+        out_keys, out_values = [], []
+        for k, v in zip(keys, values):
+            bounds, first = self._chunks[k], int(self._first[k])
+            if len(bounds) == 1:
+                out_keys.append(first)
+                out_values.append(v)
+                continue
+            out_keys += range(first, first + len(bounds))
+            if v is None:
+                out_values += [None] * len(bounds)
+            elif isinstance(v, (list, tuple)):
+                flat = [a.reshape((-1,)) for a in v]
+                out_values += [[f[a:b] for f in flat] for a, b in bounds]
+            else:
+                flat = v.reshape((-1,))
+                out_values += [flat[a:b] for a, b in bounds]
+        if not many and len(out_keys) == 1:
+            return out_keys[0], out_values[0]
+        return out_keys, (None if value is None else out_values)
 
     def init(self, key, value):
-        return self._kv.init(self._key(key), value)
+        return self._kv.init(*self._split(key, value))
 
     def broadcast(self, key, value, out, priority=0):
-        return self._kv.broadcast(self._key(key), value, out, priority=priority)
+        keys, values = self._split(key, value)
+        return self._kv.broadcast(keys, values, self._split(key, out)[1], priority=priority)
 
     def push(self, key, value, priority=0):
-        return self._kv.push(self._key(key), value, priority=priority)
+        return self._kv.push(*self._split(key, value), priority=priority)
 
     def pull(self, key, out=None, priority=0, ignore_sparse=True):
-        return self._kv.pull(self._key(key), out=out, priority=priority,
-                             ignore_sparse=ignore_sparse)
+        keys, outs = self._split(key, out)
+        return self._kv.pull(keys, out=outs, priority=priority, ignore_sparse=ignore_sparse)
 
     def pushpull(self, key, value, out=None, priority=0):
-        return self._kv.pushpull(self._key(key), value, out=out, priority=priority)
+        keys, values = self._split(key, value)
+        outs = None if out is None else self._split(key, out)[1]
+        return self._kv.pushpull(keys, values, out=outs, priority=priority)
 
     def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
-        return self._kv.row_sparse_pull(self._key(key), out=out, priority=priority,
-                                        row_ids=row_ids)
+        keys, outs = self._split(key, out)  # sparse parameters are never chunked
+        return self._kv.row_sparse_pull(keys, out=outs, priority=priority, row_ids=row_ids)
 
     def set_optimizer(self, optimizer):
         return self._kv.set_optimizer(optimizer)

@@ -1,0 +1,75 @@
+"""Big gradients travel in chunks: views of the arrays on keys of their own, bit-equal to
+sending them whole."""
+import mxnet as mx
+import numpy as np
+import pytest
+
+from gluondist.kvstore import CHUNK_BYTES, _KeyedStore, chunk_bounds, parameter_chunks
+
+from conftest import SCRIPTS
+
+
+def test_chunk_bounds():
+    assert chunk_bounds(10, 4, 16) == [(0, 3), (3, 6), (6, 10)]
+    assert chunk_bounds(9, 4, 12) == [(0, 3), (3, 6), (6, 9)]
+    assert chunk_bounds(10, 4, 40) == [(0, 10)]
+    assert chunk_bounds(10, 4, 0) == [(0, 10)]
+    assert chunk_bounds(3, 4, 2) == [(0, 1), (1, 2), (2, 3)]  # below one element: one each
+    # 1.07 MiB of float32 at the default size: two chunks, each below MXNet's big-array bound
+    assert chunk_bounds(256 * 1100, 4, CHUNK_BYTES) == [(0, 140800), (140800, 281600)]
+
+
+def test_parameter_chunks_follow_dtype_and_leave_sparse_whole():
+    dense = mx.gluon.Parameter("w", shape=(300, 1000), dtype="float16")
+    assert len(parameter_chunks(dense, CHUNK_BYTES)) == 1  # 600,000 bytes
+    dense64 = mx.gluon.Parameter("w", shape=(300, 1000), dtype="float64")
+    assert len(parameter_chunks(dense64, CHUNK_BYTES)) == 3  # 2.4 MB
+    sparse = mx.gluon.Parameter("e", shape=(1000, 1000), stype="row_sparse",
+                                grad_stype="row_sparse")
+    assert parameter_chunks(sparse, 1024) == [(0, 1000000)]
+
+
+def test_a_chunked_store_moves_the_same_numbers_as_a_whole_one():
+    """On a real (local) kvstore: one chunked and one whole parameter, two devices."""
+    shapes = [(4, 5), (3,)]
+    whole = _KeyedStore(mx.kv.create("local"), 0, [[(0, 20)], [(0, 3)]])
+    chunked = _KeyedStore(mx.kv.create("local"), 7, [chunk_bounds(20, 4, 24), [(0, 3)]])
+    results = []
+    for store in (whole, chunked):
+        store.init([0, 1], [mx.nd.arange(20).reshape(shapes[0]), mx.nd.ones(shapes[1])])
+        grads = [mx.nd.arange(20).reshape(shapes[0]) * (d + 1) for d in range(2)]
+        store.pushpull(0, grads)  # in place, as Trainer calls it
+        out = [mx.nd.zeros(shapes[0]) for _ in range(2)]
+        store.push(0, grads)
+        store.pull(0, out=out)
+        results.append([g.asnumpy() for g in grads] + [o.asnumpy() for o in out])
+    for a, b in zip(*results):
+        assert np.array_equal(a, b)
+    assert np.array_equal(results[1][0], np.arange(20).reshape(shapes[0]) * 3)
+
+
+def test_chunks_are_views_of_the_gradient():
+    store = _KeyedStore(mx.kv.create("local"), 0, [chunk_bounds(10, 4, 16)])
+    grad = mx.nd.zeros((2, 5))
+    keys, views = store._split(0, grad)
+    assert keys == [0, 1, 2]
+    views[1][:] = 7  # writing a chunk writes the gradient itself
+    assert grad.asnumpy().ravel().tolist() == [0, 0, 0, 7, 7, 7, 0, 0, 0, 0]
+
+
+@pytest.mark.slow
+def test_chunked_training_is_bit_equal_to_whole(launch, tmp_path):
+    """Two workers, two servers (the chunks spread over both), two fits in one process."""
+    found = {}
+    for chunk in ("0", "16384", None):  # whole; 69 chunks; the default (2)
+        out = tmp_path / f"chunk{chunk}"
+        out.mkdir()
+        env = () if chunk is None else ("--env", f"GLUONDIST_CHUNK_BYTES={chunk}")
+        job = launch("-n", 2, "-s", 2, *env, SCRIPTS / "chunked_job.py", out)
+        assert job.wait(timeout=180) == 0, job.err
+        found[chunk] = dict(np.load(out / "params.npz"))
+    assert len(found["0"]) == 8
+    for chunk in ("16384", None):
+        assert found[chunk].keys() == found["0"].keys()
+        for name, value in found["0"].items():
+            assert np.array_equal(found[chunk][name], value), (chunk, name)
