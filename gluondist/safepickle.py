@@ -31,6 +31,8 @@ class Refused(pickle.UnpicklingError):
     """The pickle is not one of an MXNet optimizer: ``what`` names what it would load."""
 
     def __init__(self, what: str):
+        # a peer chooses these names: escaped, so they cannot forge lines or reach a terminal
+        what = what.encode("unicode_escape").decode("ascii")
         super().__init__(f"refused a command that would load {what}")
         self.what = what
 
@@ -72,16 +74,53 @@ def load_optimizer(data: bytes):
         raise Refused(f"a malformed pickle ({exc})") from exc
     if not isinstance(optimizer, mx.optimizer.Optimizer):
         raise Refused(f"a {type(optimizer).__name__}, which is not an optimizer")
+    for path, value in _state(optimizer, "optimizer"):
+        if not isinstance(value, PLAIN_VALUES):
+            raise Refused(f"an optimizer whose {path} is a {type(value).__name__}")
     return optimizer
+
+
+# What an optimizer's and its lr_scheduler's attributes hold: numbers, strings and containers
+# of them. Anything else (an allowed class put where a number or a method belongs) would make
+# the server's updates silently wrong, so it is refused too.
+PLAIN_VALUES = (bool, int, float, str, bytes, type(None))
+
+
+def _state(obj, path: str, top: bool = True):
+    """``(path, value)`` for every leaf of an optimizer's state: its attributes, its
+    ``lr_scheduler``'s (the one place an object may stand), and what their dicts, lists and
+    tuples hold. An attribute that would hide a method of its class is a leaf that is never
+    plain."""
+    import mxnet as mx
+    if top:
+        for name, value in vars(obj).items():
+            where = f"{path}.{name}"
+            if callable(getattr(type(obj), name, None)):
+                yield f"{where} (in place of a method)", value
+            elif name == "lr_scheduler" and isinstance(value, mx.lr_scheduler.LRScheduler) \
+                    and isinstance(obj, mx.optimizer.Optimizer):
+                yield from _state(value, where)
+            else:
+                yield from _state(value, where, top=False)
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _state(key, f"{path} key", top=False)
+            yield from _state(value, f"{path}[{key!r}]", top=False)
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        for i, value in enumerate(obj):
+            yield from _state(value, f"{path}[{i}]", top=False)
+    else:
+        yield path, obj
 
 
 def check_sendable(optimizer) -> None:
     """Raise ``ValueError`` unless gluondist's servers would load ``optimizer``: what a
     worker checks before ``set_optimizer`` sends it (``dist_async``)."""
     import numpy as np
-    numbers = sorted(k for k, v in vars(optimizer).items() if isinstance(v, np.generic))
+    numbers = [p for p, v in _state(optimizer, "optimizer") if isinstance(v, np.generic)]
     if numbers:
-        raise _not_sendable(f"numpy numbers (its {', '.join(numbers)}: give Python floats)")
+        raise _not_sendable(f"numpy numbers ({', '.join(numbers)})",
+                            "give Python numbers (float(x)), or use dist_sync")
     try:
         load_optimizer(pickle.dumps(optimizer, 0))  # protocol 0, as kv.set_optimizer sends
     except Refused as exc:
@@ -90,8 +129,8 @@ def check_sendable(optimizer) -> None:
         raise _not_sendable(f"what cannot be pickled ({exc})") from exc
 
 
-def _not_sendable(what: str) -> ValueError:
+def _not_sendable(what: str, fix: str = "use a built-in one, or dist_sync") -> ValueError:
     return ValueError(
         "dist_async sends the optimizer to the servers, which load only MXNet's built-in "
-        f"optimizers and lr_schedulers, not {what}: use a built-in one, or dist_sync, which "
-        "updates on the workers and sends the servers nothing")
+        f"optimizers and lr_schedulers holding plain settings, not {what}: {fix} (dist_sync "
+        "updates on the workers and sends the servers nothing)")

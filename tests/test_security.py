@@ -2,12 +2,14 @@
 nothing in gluondist loads a pickle any other way."""
 import ast
 import copy
+import re
 import itertools
 import os
 import pickle
 from pathlib import Path
 
 import mxnet as mx
+import numpy as np
 import pytest
 
 from gluondist import safepickle
@@ -107,6 +109,46 @@ def test_anything_else_is_refused_by_name(payload, refused):
     assert str(caught.value).startswith(f"refused a command that would load {refused}")
 
 
+def with_state(**state):
+    optimizer = mx.optimizer.SGD(lr_scheduler=S.FactorScheduler(step=2))
+    for name, value in state.items():
+        target = optimizer.lr_scheduler if name.startswith("s_") else optimizer
+        setattr(target, name[2:] if name.startswith("s_") else name, value)
+    return sent(optimizer)
+
+
+@pytest.mark.parametrize("payload, refused", [
+    # allowed classes where a method or a number belongs: updates that would silently do
+    # nothing, or crash later
+    (with_state(update_multi_precision=mx.optimizer.Adam),
+     "an optimizer whose optimizer.update_multi_precision (in place of a method) is a type"),
+    (with_state(lr_scheduler=mx.optimizer.Adam()),
+     "an optimizer whose optimizer.lr_scheduler is a Adam"),
+    (with_state(rescale_grad=[S.FactorScheduler(step=2)]),
+     "an optimizer whose optimizer.rescale_grad[0] is a FactorScheduler"),
+    (with_state(s_step=mx.optimizer.SGD()),
+     "an optimizer whose optimizer.lr_scheduler.step is a SGD"),
+    (with_state(s___call__=mx.optimizer.SGD),
+     "an optimizer whose optimizer.lr_scheduler.__call__ (in place of a method) is a type"),
+])
+def test_an_optimizer_holds_plain_settings_only(payload, refused):
+    with pytest.raises(Refused, match=re.escape(f"would load {refused}")):
+        load_optimizer(payload)
+
+
+def test_names_a_peer_chose_cannot_forge_lines_or_reach_a_terminal():
+    # protocol 4's STACK_GLOBAL takes the module and name from strings of the peer's choosing
+    module, name = "posix\ngluondist server 0: all good\x1b[2K", "system"
+    payload = (b"\x80\x04" + b"\x8c" + bytes([len(module)]) + module.encode()
+               + b"\x8c" + bytes([len(name)]) + name.encode() + b"\x93.")
+    with pytest.raises(Refused) as caught:
+        load_optimizer(payload)
+    message = str(caught.value)
+    assert "\n" not in message and "\x1b" not in message
+    assert message == r"refused a command that would load posix\ngluondist server 0: all " \
+                      r"good\x1b[2K.system"
+
+
 def test_an_unknown_command_is_refused():
     with pytest.raises(Refused, match=r"would load an unknown command \(5\)"):
         server.handle(5, sent(mx.optimizer.SGD()))
@@ -116,7 +158,10 @@ def test_an_unknown_command_is_refused():
 @pytest.mark.parametrize("optimizer, message", [
     (UserOptimizer(), f"not {__name__}.UserOptimizer: use a built-in one, or dist_sync"),
     (mx.optimizer.SGD(learning_rate=mx.nd.ones(1).asnumpy()[0]),
-     r"not numpy numbers \(its lr: give Python floats\)"),
+     r"not numpy numbers \(optimizer.lr\): give Python numbers"),
+    (mx.optimizer.SGD(lr_scheduler=S.FactorScheduler(step=2, base_lr=np.float32(0.5))),
+     r"not numpy numbers \(optimizer.lr_scheduler.base_lr, optimizer.lr_scheduler.warmup_fin"
+     r"al_lr\): give Python numbers"),
 ])
 def test_a_worker_refuses_what_its_servers_would(optimizer, message):
     with pytest.raises(ValueError, match=message):
@@ -191,4 +236,4 @@ def test_dist_async_works_with_the_builtin_optimizers_and_schedulers(launch):
     refusals = [line for line in job.out.splitlines() if "refused: " in line]
     assert len(refusals) == 2
     assert "not __main__.MyOptimizer: use a built-in one, or dist_sync" in refusals[0]
-    assert "numpy numbers (its lr: give Python floats)" in refusals[1]
+    assert "numpy numbers (optimizer.lr): give Python numbers" in refusals[1]
