@@ -11,7 +11,7 @@ import venv
 
 import pytest
 
-from conftest import SCRIPTS, wait_until
+from conftest import ROOT, SCRIPTS, wait_until
 from gluondist.launcher import ssh
 from gluondist.launcher.monitor import free_ports
 from gluondist.launcher.options import LaunchError
@@ -61,12 +61,12 @@ def ssh_config(tmp_path_factory):
 
 
 def wrappers():
-    """Remote-side wrapper processes still alive (this machine is both 'hosts')."""
+    """Remote sides still alive (this machine is both 'hosts')."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"gluondist: cannot enter" in f.read():
+                if ssh.REMOTE.encode() in f.read():
                     found.append(int(pid))
         except OSError:
             pass
@@ -126,9 +126,14 @@ def test_an_unreachable_host_fails_fast_and_named(launch, ssh_config):
     assert "host 127.0.0.3: ssh failed" in job.err and "Connection refused" in job.err
 
 
-def test_a_host_without_mxnet_is_named(ssh_config, tmp_path):
+def test_a_host_without_gluondist_or_mxnet_is_named(ssh_config, tmp_path):
     bare = tmp_path / "bare"
-    venv.create(bare, with_pip=False)  # a Python with no MXNet
+    venv.create(bare, with_pip=False)  # a Python with neither gluondist nor MXNet
+    with pytest.raises(LaunchError, match="host 127.0.0.1: gluondist is not installed for "
+                                          ".*bare.*; install gluondist 0.1.0 there"):
+        ssh.preflight(["127.0.0.1", "127.0.0.2"], str(bare / "bin" / "python"), ssh_config)
+    site, = bare.glob("lib/python*/site-packages")
+    (site / "gluondist.pth").write_text(str(ROOT) + "\n")  # gluondist, still no MXNet
     with pytest.raises(LaunchError, match="host 127.0.0.1: MXNet is not installed for .*bare"):
         ssh.preflight(["127.0.0.1", "127.0.0.2"], str(bare / "bin" / "python"), ssh_config)
     ssh.preflight(["127.0.0.1", "127.0.0.2"], sys.executable, ssh_config)  # this one has it
@@ -138,7 +143,7 @@ def test_secrets_never_reach_a_command_line(ssh_config):
     env = ssh.forwarded_env({"AWS_SECRET_ACCESS_KEY": "s3cr3t", "HOME": "/root",
                              "SSH_AUTH_SOCK": "/tmp/a", "DMLC_ROLE": "x", "PYTHONPATH": "/p"})
     assert env == {"AWS_SECRET_ACCESS_KEY": "s3cr3t", "PYTHONPATH": "/p"}  # sent on stdin
-    argv = ssh.ssh_argv("h", [sys.executable, "-c", ssh.WRAPPER], ssh_config)
+    argv = ssh.ssh_argv("h", [sys.executable, "-m", ssh.REMOTE], ssh_config)
     assert "s3cr3t" not in " ".join(argv)
     assert argv[:3] == ["ssh", "-o", "BatchMode=yes"]
 

@@ -23,6 +23,7 @@ GRACE = 10.0  # how long servers and scheduler get to stop after the last worker
 POLL = 0.05
 STACK_WAIT = 5.0  # the longest the launcher waits for the workers' stacks
 STACK_QUIET = 0.5  # a dump is complete once its worker printed nothing for this long
+LOST_EXIT = 75  # the job ended because the connection to a host was lost (sysexits' TEMPFAIL)
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Failure:
     traceback: List[str] = field(default_factory=list)
     time: float = 0.0  # when it happened (time.time()): its error record's, else when noticed
     from_error_file: bool = False  # the traceback is the worker's own record, not scraped
+    lost: bool = False  # it did not fail: the connection to its host was lost
 
 
 @dataclass
@@ -130,13 +132,26 @@ def _finish(group: ProcessGroup, formed: bool) -> LaunchResult:
 def _failed(group: ProcessGroup, spec: ProcessSpec, returncode: int, when: float) -> LaunchResult:
     child = group.child(spec)
     child.reader.join(timeout=1.0)  # let its last lines arrive
-    return LaunchResult(exit_status(returncode), _failure(child, returncode, when))
+    failure = _failure(child, returncode, when, _lost(group, child))
+    return LaunchResult(LOST_EXIT if failure.lost else exit_status(returncode), failure)
 
 
-def _failure(child: Child, returncode: int, when: float) -> Failure:
-    tail = [l for l in child.tail if not is_pslite_chatter(l)]
-    failure = Failure(child.spec.label, describe_exit(returncode), host=child.spec.host,
-                      tail=tail[-15:], traceback=_traceback(tail), time=when)
+def _lost(group: ProcessGroup, child: Child) -> bool:
+    """Whether the transport says ``child`` (exited) lost its connection instead of failing."""
+    lost = getattr(group.transport, "lost", None)
+    if lost is None:
+        return False
+    if child.side_reader is not None:
+        child.side_reader.join(timeout=2.0)  # the remote side's exit report comes last
+    return lost(child)
+
+
+def _failure(child: Child, returncode: int, when: float, lost: bool = False) -> Failure:
+    tail = [l for l in child.tail if l.strip() and not is_pslite_chatter(l)]
+    reason = f"lost the connection to host {child.spec.host}" if lost \
+        else describe_exit(returncode)
+    failure = Failure(child.spec.label, reason, host=child.spec.host, tail=tail[-15:],
+                      traceback=[] if lost else _traceback(tail), time=when, lost=lost)
     record = child.error_record()
     if record is not None:
         failure.traceback = list(record.get("traceback") or [])
@@ -160,16 +175,23 @@ def rank_failures(result: LaunchResult, group: ProcessGroup) -> LaunchResult:
         own = child.spec.label not in stopped and exited.returncode != 0 and (
             child.spec.role == "worker" or exited.wall <= result.failure.time)
         if own or child.error_record() is not None:
-            failures.append((child, _failure(child, exited.returncode, exited.wall)))
+            lost = own and _lost(group, child)
+            failures.append((child, _failure(child, exited.returncode, exited.wall, lost)))
     first = group.child(next(s for s in group.specs if s.label == result.failure.label))
     if first.error_record() is not None and not result.failure.from_error_file:
         result.failure = _failure(first, first.exited.returncode, first.exited.wall)
     failures.append((first, result.failure))
     failures.sort(key=lambda pair: pair[1].time)
     root_child, result.failure = failures[0]
-    result.others = [f for _, f in failures[1:]]
+    root = result.failure
+    # one lost host is one failure, however many of its sessions noticed before the teardown
+    result.others = [f for _, f in failures[1:] if not (f.lost and root.lost
+                                                         and f.host == root.host)]
+    named = {f.label for f in result.others}  # reported as failed, not as stopped
+    result.stopped = [label for label in result.stopped if label not in named]
     code = root_child.exited.returncode
-    result.exit_code = 1 if code < 0 and root_child.error_record() else exit_status(code)
+    result.exit_code = LOST_EXIT if root.lost else \
+        1 if code < 0 and root_child.error_record() else exit_status(code)
     return result
 
 

@@ -7,8 +7,9 @@ reaper kills every group it was told about.
 
 A worker can also have a side channel, a stream of lines ``gluondist-progress N`` (batches
 finished, from gluondist.heartbeat), ``gluondist-cpu S`` (its process tree's CPU seconds, from
-the ssh wrapper) and ``gluondist-error JSON`` (its error record, from the ssh wrapper). Locally
-it is a pipe whose write end the worker inherits; over ssh it is the session's stderr.
+the ssh wrapper) and ``gluondist-error JSON`` (its error record, from the ssh wrapper) and ``gluondist-exit N`` (its
+exit status, from the ssh wrapper). Locally it is a pipe whose write end the worker inherits;
+over ssh it is the session's stderr, for every role.
 """
 from __future__ import annotations
 
@@ -106,6 +107,7 @@ class Child:
         self.batches_at = 0.0  # time.monotonic() when that count last grew
         self.cpu: Optional[float] = None  # its tree's CPU seconds, as the ssh wrapper reports
         self.error: Optional[dict] = None  # its error record (see errorfile.py)
+        self.exit_report: Optional[int] = None  # its exit status as the ssh remote side saw it
         self.error_file = error_file
         self.captured: Optional[List[str]] = None  # lines held back from the console
         self.last_output = time.monotonic()
@@ -157,6 +159,8 @@ class Child:
                 self.cpu = float(value)
             elif kind == "error":
                 self.error = json.loads(value)
+            elif kind == "exit":
+                self.exit_report = int(value)
             else:
                 return False
         except ValueError:

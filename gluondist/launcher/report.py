@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import List
 
-from .monitor import Failure, LaunchResult
+from .monitor import LOST_EXIT, Failure, LaunchResult
 from .stall import STALL_EXIT
 
 P = "gluondist: "
@@ -21,9 +21,13 @@ def failure_lines(result: LaunchResult, lead: str = "") -> List[str]:
     f = result.failure
     if f is None:
         return []
-    lines = [f"{P}{lead}{f.label}{_where(f, result)} failed first: {f.reason}"
-             if f.label != "job" else f"{P}{lead}{f.reason}"]
-    body = f.traceback or f.tail
+    if f.lost:
+        lines = [f"{P}{lead}{f.reason}, where {_roles_on(f.host, result)} ran"]
+    elif f.label == "job":
+        lines = [f"{P}{lead}{f.reason}"]
+    else:
+        lines = [f"{P}{lead}{f.label}{_where(f, result)} failed first: {f.reason}"]
+    body = [] if f.lost else f.traceback or f.tail
     if body:
         what = "its traceback" if f.traceback else "its last lines"
         if f.from_error_file:
@@ -38,6 +42,11 @@ def failure_lines(result: LaunchResult, lead: str = "") -> List[str]:
     if result.stopped:
         lines.append(f"{P}stopped {', '.join(result.stopped)}")
     return lines
+
+
+def _roles_on(host: str, result: LaunchResult) -> str:
+    labels = [s.label for s in result.plan.specs if s.host == host] if result.plan else []
+    return ", ".join(labels) or "nothing"
 
 
 def _stall_lines(result: LaunchResult) -> List[str]:
@@ -67,4 +76,6 @@ def final_lines(result: LaunchResult) -> List[str]:
     code = f"exit code {result.exit_code}"
     if result.exit_code == STALL_EXIT and result.stall is not None:
         code += " (stalled)"
+    if result.exit_code == LOST_EXIT and result.failure.lost:
+        code += " (lost a host)"
     return failure_lines(result) + [P + code]

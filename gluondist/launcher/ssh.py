@@ -1,27 +1,32 @@
 """Start a plan's processes on other hosts over ssh.
 
 ssh runs non-interactively (BatchMode: no password prompt can hang the job). The remote side is
-a short Python program (WRAPPER) that reads the process's argv, environment and working
-directory as one JSON line from stdin, so none of it is quoted into a shell or shown by `ps`,
-then runs the command in its own session and keeps reading stdin: when stdin ends (the
-launcher stopped, died, or lost its connection) it kills the command's whole process tree.
+the module gluondist.launcher.remote (see its docstring for the protocol): it reads the
+process's argv, environment and working directory as one JSON line from stdin, so none of it
+is quoted into a shell or shown by `ps`, runs the command in its own session, and ends the
+command's whole tree when stdin ends (the launcher stopped or died) or when the launcher's
+keepalive lines stop coming (the link is cut: nothing could close stdin).
 
-For a worker the session's stderr is a side channel (see process.py): the wrapper lends its own
-stderr to the worker's heartbeat (GLUONDIST_PROGRESS_FD), reports the worker tree's CPU time
-every second, and relays the bootstrap's error file once the worker ends. A line ``dump`` on
-stdin makes it send the worker the signal that dumps its stacks.
+The session's stderr is a side channel (see process.py): a worker's heartbeat, its tree's CPU
+time, its error record and, for every process, the remote side's exit report. A session that
+ends without that report (ssh's own 255, its keepalive giving up) lost its connection: the
+monitor reports `lost the connection to host H`, not a process's exit.
 """
 from __future__ import annotations
 
 import json
 import shlex
 import subprocess
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from .. import __version__
 from .. import envvars as ev
 from .errors import LaunchError
 from .plan import ProcessSpec
+from .remote import PROTOCOL
 
 # Names never forwarded: they describe the launcher's own host or session, or are set per
 # process by the plan.
@@ -30,96 +35,12 @@ DENY = {"HOME", "PWD", "OLDPWD", "SHELL", "USER", "LOGNAME", "HOSTNAME", "TERM",
         ev.CUDA_VISIBLE_DEVICES}
 DENY_PREFIXES = ("SSH_", "XDG_", "DMLC_", "PS_", "GLUONDIST_", "BASH_FUNC_")
 
-WRAPPER = r"""
-import json, os, shutil, signal, subprocess, sys, tempfile, threading, time
-job = json.loads(sys.stdin.readline())
-try:
-    os.chdir(job["cwd"])
-except OSError as e:
-    print("gluondist: cannot enter %s on this host: %s" % (job["cwd"], e.strerror), flush=True)
-    sys.exit(2)
-env = dict(os.environ)
-env.update(job["env"])
-side, fds, error_file = job.get("side"), (), None
-if side:
-    error_file = os.path.join(tempfile.mkdtemp(prefix="gluondist-"), "error.json")
-    env[@ERROR_FILE@] = error_file
-    if job.get("progress"):
-        fds = (os.dup(2),)
-        env[@PROGRESS_FD@] = str(fds[0])
-child = subprocess.Popen(job["argv"], env=env, stdin=subprocess.DEVNULL,
-                         stderr=subprocess.STDOUT if side else None, start_new_session=True,
-                         pass_fds=fds)
-for fd in fds:
-    os.close(fd)
-def say(text):
-    try:
-        os.write(2, (text + "\n").encode())
-    except OSError:
-        pass
-stopping = []
-def killpg(sig):
-    try:
-        os.killpg(child.pid, sig)
-    except OSError:
-        pass
-def stop(*_):
-    # No child.wait() here: a signal handler interrupts the main thread's wait, which holds
-    # Popen's lock. Pass SIGTERM on, SIGKILL 3 s later; the main thread's wait then returns.
-    stopping.append(1)
-    killpg(signal.SIGTERM)
-    timer = threading.Timer(3.0, killpg, (signal.SIGKILL,))
-    timer.daemon = True
-    timer.start()
-def watch():
-    line = sys.stdin.readline()
-    while line:
-        if line.strip() == "dump":
-            try:
-                os.kill(child.pid, signal.SIGUSR1)
-            except OSError:
-                pass
-        line = sys.stdin.readline()
-    stop()
-def cpu():
-    tick = os.sysconf("SC_CLK_TCK")
-    while child.poll() is None:
-        total = 0
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open("/proc/%s/stat" % pid, "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == child.pid:
-                total += int(fields[11]) + int(fields[12])
-        say("gluondist-cpu %.2f" % (total / tick))
-        time.sleep(1.0)
-signal.signal(signal.SIGTERM, stop)
-signal.signal(signal.SIGHUP, stop)
-threading.Thread(target=watch, daemon=True).start()
-if job.get("progress"):
-    threading.Thread(target=cpu, daemon=True).start()
-code = child.wait()
-killpg(signal.SIGKILL)  # whatever the command left behind
-if stopping:
-    os._exit(128 + signal.SIGTERM)
-if error_file:
-    try:
-        with open(error_file) as f:
-            say("gluondist-error " + json.dumps(json.load(f)))
-    except (OSError, ValueError):
-        pass
-    shutil.rmtree(os.path.dirname(error_file), ignore_errors=True)
-sys.exit(128 - code if code < 0 else code)
-"""
-
-# the variable names come from envvars, like everyone else's
-WRAPPER = WRAPPER.replace("@ERROR_FILE@", repr(ev.GLUONDIST_ERROR_FILE)).replace(
-    "@PROGRESS_FD@", repr(ev.GLUONDIST_PROGRESS_FD))
-
-PREFLIGHT = ("import importlib.util, sys; "
-             "sys.exit(0 if importlib.util.find_spec('mxnet') else 3)")
+REMOTE = "gluondist.launcher.remote"
+KEEPALIVE = 3.0  # seconds between the launcher's keepalive lines to each remote side
+# How long a remote side waits without a keepalive before it ends its process tree: long
+# enough for TCP to retransmit across a blip of several seconds, short enough that a cut-off
+# host is cleared well within a minute (see the README's "Beyond one machine").
+SILENCE = 18.0
 
 
 def forwarded_env(base_env: Mapping[str, str]) -> Dict[str, str]:
@@ -140,57 +61,113 @@ def ssh_argv(host: str, remote: Sequence[str], ssh_config: Optional[str] = None)
 
 class SshTransport:
     """Starts each spec on its host through ssh; the process group treats it like a local one
-    (killing the local ssh ends the remote tree through the wrapper)."""
+    (killing the local ssh ends the remote tree through the remote side)."""
 
     def __init__(self, python: str, base_env: Mapping[str, str], cwd: str,
-                 ssh_config: Optional[str] = None):
+                 ssh_config: Optional[str] = None, silence: float = SILENCE,
+                 keepalive: float = KEEPALIVE):
         self.python, self.cwd, self.ssh_config = python, cwd, ssh_config
         self.env = forwarded_env(base_env)
+        self.silence, self.keepalive = silence, keepalive
+        self._lock = threading.Lock()  # one writer at a time on each session's stdin
+        self._live: List[subprocess.Popen] = []
+        self._pinger: Optional[threading.Thread] = None
 
     def spawn(self, spec: ProcessSpec, progress: bool = False, error_file=None):
-        """``error_file`` is the launcher's local path, unused: the wrapper picks a remote one
-        and relays its record on the side channel, which every worker has."""
-        side = spec.role == "worker"
-        proc = subprocess.Popen(ssh_argv(spec.host, [self.python, "-c", WRAPPER], self.ssh_config),
+        """``error_file`` is the launcher's local path, unused: the remote side picks its own
+        and relays its record on the side channel."""
+        worker = spec.role == "worker"
+        proc = subprocess.Popen(ssh_argv(spec.host, [self.python, "-m", REMOTE], self.ssh_config),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE if side else subprocess.STDOUT,
-                                start_new_session=True)
-        job = {"argv": list(spec.argv), "env": {**self.env, **spec.env}, "cwd": self.cwd,
-               "side": side, "progress": progress}
-        proc.stdin.write((json.dumps(job) + "\n").encode())
-        proc.stdin.flush()  # and keep it open: its end is the remote side's signal to stop
-        return proc, (proc.stderr if side else None)
+                                stderr=subprocess.PIPE, start_new_session=True)
+        job = {"protocol": PROTOCOL, "argv": list(spec.argv), "env": {**self.env, **spec.env},
+               "cwd": self.cwd, "worker": worker, "progress": progress,
+               "silence": self.silence}
+        self._send(proc, json.dumps(job))  # and keep stdin open: its end means "stop"
+        with self._lock:
+            self._live.append(proc)
+            if self._pinger is None:
+                self._pinger = threading.Thread(target=self._ping, name="ssh keepalive",
+                                                daemon=True)
+                self._pinger.start()
+        return proc, proc.stderr
+
+    def _send(self, proc: subprocess.Popen, line: str) -> None:
+        with self._lock:
+            try:
+                proc.stdin.write((line + "\n").encode())
+                proc.stdin.flush()
+            except (OSError, ValueError):  # the session ended, or its stdin was closed
+                pass
+
+    def _ping(self) -> None:
+        """Every ``keepalive`` seconds a line to each live session; ends when none is left."""
+        while True:
+            time.sleep(self.keepalive)
+            with self._lock:
+                self._live = [p for p in self._live if p.poll() is None]
+                live = list(self._live)
+                if not live:
+                    self._pinger = None
+                    return
+            for proc in live:
+                self._send(proc, "ping")
 
     def request_stack(self, proc: subprocess.Popen) -> None:
-        try:
-            proc.stdin.write(b"dump\n")
-            proc.stdin.flush()
-        except (BrokenPipeError, ValueError):
-            pass
+        self._send(proc, "dump")
 
     def tree_cpu(self, child):
         return child.cpu
 
+    def lost(self, child) -> bool:
+        """The session ended without the remote side's exit report: the connection was lost
+        (call once the side channel has been read to its end)."""
+        return child.exit_report is None
+
+
+def check_host(host: str, python: str, ssh_config: Optional[str] = None,
+               timeout: float = 30.0) -> Optional[str]:
+    """What is wrong with ``host`` for a job, in one line naming it, or None: reachable, login
+    works, ``python`` imports MXNet and the launcher's own gluondist version."""
+    try:
+        proc = subprocess.run(ssh_argv(host, [python, "-m", REMOTE, "--preflight"], ssh_config),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"host {host}: no answer over ssh within {timeout:g}s"
+    last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+    if proc.returncode == 255:
+        return f"host {host}: ssh failed: {last}"
+    if proc.returncode != 0:
+        if "No module named" in proc.stderr:
+            return (f"host {host}: gluondist is not installed for {python}; install gluondist "
+                    f"{__version__} there")
+        return f"host {host}: {python} -m {REMOTE} failed: {last}"
+    try:
+        theirs = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return f"host {host}: {python} -m {REMOTE} --preflight printed no report"
+    if theirs.get("gluondist") != __version__ or theirs.get("protocol") != PROTOCOL:
+        return (f"host {host}: gluondist {theirs.get('gluondist')} (protocol "
+                f"{theirs.get('protocol')}) for {python}, but the launcher runs gluondist "
+                f"{__version__} (protocol {PROTOCOL}); install gluondist {__version__} there")
+    if not theirs.get("mxnet"):
+        return f"host {host}: MXNet is not installed for {python}; install it there"
+    return None
+
+
+def check_hosts(hosts: Sequence[str], python: str, ssh_config: Optional[str] = None,
+                timeout: float = 30.0) -> Dict[str, str]:
+    """Every host checked at once (see ``check_host``): {host: problem} for those that fail."""
+    with ThreadPoolExecutor(max_workers=min(16, len(hosts)) or 1) as pool:
+        problems = pool.map(lambda h: check_host(h, python, ssh_config, timeout), hosts)
+        return {h: p for h, p in zip(hosts, problems) if p}
+
 
 def preflight(hosts: Sequence[str], python: str, ssh_config: Optional[str] = None,
               timeout: float = 30.0) -> None:
-    """Check every host at once: reachable, login works, MXNet importable by ``python``.
-    Raises LaunchError naming the first host that fails."""
-    def check(host):
-        try:
-            proc = subprocess.run(ssh_argv(host, [python, "-c", PREFLIGHT], ssh_config),
-                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                  timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return f"host {host}: no answer over ssh within {timeout:g}s"
-        if proc.returncode == 3:
-            return f"host {host}: MXNet is not installed for {python}; install it there"
-        if proc.returncode != 0:
-            why = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
-            return f"host {host}: ssh failed: {why}"
-        return None
-
-    with ThreadPoolExecutor(max_workers=min(16, len(hosts)) or 1) as pool:
-        for problem in pool.map(check, hosts):
-            if problem:
-                raise LaunchError(problem)
+    """Raises LaunchError naming the first host (in the given order) that fails its check."""
+    problems = check_hosts(hosts, python, ssh_config, timeout)
+    for host in hosts:
+        if host in problems:
+            raise LaunchError(problems[host])

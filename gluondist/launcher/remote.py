@@ -1,0 +1,210 @@
+"""The remote side of ``--launcher ssh``: ``python -m gluondist.launcher.remote`` runs one
+process of a job on its host and ends its whole process tree when the launcher is gone.
+
+Protocol (version ``PROTOCOL``; the launcher's preflight checks that both sides run the same
+gluondist, and this side refuses a job of another protocol by name):
+
+- stdin, first line: the job as JSON: ``protocol``, ``argv``, ``env`` (added to this host's
+  environment), ``cwd``, ``worker`` (it gets an error file and its output merged into stdout),
+  ``progress`` (the worker's heartbeat goes to this side's stderr, GLUONDIST_PROGRESS_FD), and
+  ``silence``: seconds without a line from the launcher after which the job is ended (None:
+  never). Nothing of it is quoted into a shell or shown by ``ps``.
+- stdin, then: ``ping`` (the launcher's keepalive, every few seconds) and ``dump`` (send the
+  worker the signal that dumps its stacks). The end of stdin, or ``silence`` seconds without a
+  line, ends the tree: SIGTERM, then SIGKILL ``KILL_AFTER`` seconds later. A launcher that lost
+  its link cannot close stdin; the silence is how a cut-off host learns it is alone.
+- stdout: the process's output. stderr: the side channel, lines ``gluondist-cpu S`` (the tree's
+  CPU seconds, every second, with ``progress``), ``gluondist-error JSON`` (a worker's error
+  record), and last ``gluondist-exit N``: the process's exit status. An ssh session that ends
+  without that line lost its connection (ssh.py tells the monitor so).
+
+``--preflight`` prints one JSON line: this host's gluondist version, protocol and whether MXNet
+can be imported, without importing it.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Optional
+
+from .. import __version__
+from .. import envvars as ev
+from .process import STACK_SIGNAL, session_cpu
+
+PROTOCOL = 1
+KILL_AFTER = 5.0  # SIGTERM, then SIGKILL this much later
+EXIT = "gluondist-exit"
+
+
+def say(text: str) -> None:
+    """One line on the side channel (stderr); a vanished reader is ignored."""
+    try:
+        os.write(2, (text + "\n").encode())
+    except OSError:
+        pass
+
+
+def preflight_report() -> dict:
+    return {"gluondist": __version__, "protocol": PROTOCOL,
+            "mxnet": importlib.util.find_spec("mxnet") is not None}
+
+
+class Remote:
+    """One process of a job, watched: ``start()`` then ``wait()`` (its exit status)."""
+
+    def __init__(self, job: dict, stdin):
+        self.job, self.stdin = job, stdin
+        self.heard = time.monotonic()  # when the launcher last sent a line
+        self.stopping = threading.Event()
+        self.child: Optional[subprocess.Popen] = None
+        self.error_file: Optional[str] = None
+
+    def start(self) -> None:
+        env = {**os.environ, **self.job["env"]}
+        fds = ()
+        if self.job.get("worker"):
+            self.error_file = os.path.join(tempfile.mkdtemp(prefix="gluondist-"), "error.json")
+            env[ev.GLUONDIST_ERROR_FILE] = self.error_file
+            if self.job.get("progress"):
+                fds = (os.dup(2),)
+                env[ev.GLUONDIST_PROGRESS_FD] = str(fds[0])
+        self.child = subprocess.Popen(
+            self.job["argv"], env=env, stdin=subprocess.DEVNULL, start_new_session=True,
+            stderr=subprocess.STDOUT if self.job.get("worker") else None, pass_fds=fds)
+        for fd in fds:
+            os.close(fd)
+        for target in (self.listen, self.watchdog) + ((self.cpu,) if fds else ()):
+            threading.Thread(target=target, daemon=True).start()
+
+    def signal_tree(self, sig: int) -> None:
+        """``sig`` to the child's process group and to anything else left in its session."""
+        sid = self.child.pid
+        for pid in [sid] + session_pids(sid):
+            try:
+                os.killpg(pid, sig) if pid == sid else os.kill(pid, sig)
+            except OSError:
+                pass
+
+    def stop(self, *_) -> None:
+        # No child.wait() here: a signal handler interrupts the main thread's wait, which holds
+        # Popen's lock. SIGTERM now, SIGKILL later; the main thread's wait then returns.
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        self.signal_tree(signal.SIGTERM)
+        timer = threading.Timer(KILL_AFTER, self.signal_tree, (signal.SIGKILL,))
+        timer.daemon = True
+        timer.start()
+
+    def listen(self) -> None:
+        for line in iter(self.stdin.readline, b""):
+            self.heard = time.monotonic()
+            if line.strip() == b"dump":
+                try:
+                    os.kill(self.child.pid, STACK_SIGNAL)
+                except OSError:
+                    pass
+        self.stop()  # the launcher stopped, died, or its ssh ended
+
+    def watchdog(self) -> None:
+        silence = self.job.get("silence")
+        while silence is not None and self.child.poll() is None and not self.stopping.is_set():
+            quiet = time.monotonic() - self.heard
+            if quiet > silence:
+                say(f"gluondist: no word from the launcher for {quiet:.0f}s: stopping the job "
+                    "on this host")
+                self.stop()
+                return
+            time.sleep(0.2)
+
+    def cpu(self) -> None:
+        while self.child.poll() is None:
+            total = session_cpu(self.child.pid)
+            if total is not None:
+                say(f"gluondist-cpu {total:.2f}")
+            time.sleep(1.0)
+
+    def wait(self) -> int:
+        code = self.child.wait()
+        self.signal_tree(signal.SIGKILL)  # whatever the command left behind
+        if self.stopping.is_set():
+            return 128 + signal.SIGTERM
+        if self.error_file:
+            try:
+                with open(self.error_file) as f:
+                    say("gluondist-error " + json.dumps(json.load(f)))
+            except (OSError, ValueError):
+                pass
+            shutil.rmtree(os.path.dirname(self.error_file), ignore_errors=True)
+        return 128 - code if code < 0 else code
+
+
+def session_pids(sid: int):
+    """Live pids of session ``sid`` (its process groups included), from /proc."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != b"Z":
+            found.append(int(entry))
+    return found
+
+
+def run(job: dict, stdin) -> int:
+    """Run ``job`` (see the module's docstring), listening on ``stdin`` (unbuffered), and
+    return its exit status."""
+    if job.get("protocol") != PROTOCOL:
+        print(f"gluondist: this host runs gluondist {__version__} (protocol {PROTOCOL}); the "
+              f"launcher sent protocol {job.get('protocol')!r}: install the launcher's "
+              "gluondist version here", flush=True)
+        return 2
+    try:
+        os.chdir(job["cwd"])
+    except OSError as exc:
+        print(f"gluondist: cannot enter {job['cwd']} on this host: {exc.strerror}", flush=True)
+        return 2
+    remote = Remote(job, stdin)
+    signal.signal(signal.SIGTERM, remote.stop)
+    signal.signal(signal.SIGHUP, remote.stop)
+    remote.start()
+    return remote.wait()
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--preflight"]:
+        print(json.dumps(preflight_report()), flush=True)
+        return 0
+    if argv:
+        print("usage: python -m gluondist.launcher.remote [--preflight] (the job as JSON on "
+              "stdin)", file=sys.stderr)
+        return 2
+    # stdin unbuffered: a thread blocked in a buffered readline holds the buffer's lock, and
+    # the interpreter aborts when it finds that lock taken at exit; and nothing is read ahead.
+    stdin = open(0, "rb", buffering=0, closefd=False)
+    try:
+        job = json.loads(stdin.readline())
+    except ValueError:
+        job = None
+    if not isinstance(job, dict):
+        print("gluondist: expected the job as one JSON line on stdin", flush=True)
+        code = 2
+    else:
+        code = run(job, stdin)
+    say(f"{EXIT} {code}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

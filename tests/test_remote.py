@@ -1,0 +1,100 @@
+"""The remote side of `--launcher ssh`, run directly as the process ssh would start: its
+protocol on stdin, its exit report, and how it ends its tree when the launcher goes silent."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import gluondist
+from conftest import wait_until
+from gluondist.launcher import remote
+
+# a command that leaves a grandchild in a process group of its own, and prints both pids
+TREE = ("import os, subprocess, sys, time; "
+        "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
+        "process_group=0); print(os.getpid(), g.pid, flush=True); time.sleep(600)")
+
+
+def start(job, tmp_path):
+    job = {"protocol": remote.PROTOCOL, "env": {}, "cwd": str(tmp_path), "worker": False,
+           "progress": False, "silence": None, **job}
+    proc = subprocess.Popen([sys.executable, "-m", "gluondist.launcher.remote"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdin.write((json.dumps(job) + "\n").encode())
+    proc.stdin.flush()
+    return proc
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def tree_of(proc):
+    return [int(p) for p in proc.stdout.readline().split()]
+
+
+def test_it_runs_the_command_and_reports_its_exit_last(tmp_path):
+    proc = start({"argv": [sys.executable, "-c", "import sys; print('hi'); sys.exit(3)"]},
+                 tmp_path)
+    assert proc.wait(timeout=60) == 3  # stdin still open: its end would mean "stop"
+    out, err = proc.stdout.read(), proc.stderr.read()
+    assert out == b"hi\n"
+    assert err.decode().splitlines()[-1] == "gluondist-exit 3"
+
+
+def test_a_job_of_another_protocol_is_refused_by_name(tmp_path):
+    proc = start({"protocol": remote.PROTOCOL + 1, "argv": ["true"]}, tmp_path)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert f"the launcher sent protocol {remote.PROTOCOL + 1}" in out.decode()
+    assert err.decode().splitlines()[-1] == "gluondist-exit 2"
+
+
+def test_the_end_of_stdin_ends_the_whole_tree(tmp_path):
+    proc = start({"argv": [sys.executable, "-c", TREE]}, tmp_path)
+    pids = tree_of(proc)
+    proc.stdin.close()
+    assert proc.wait(timeout=30) == 128 + 15
+    assert wait_until(lambda: not any(map(alive, pids)), 10)
+
+
+def test_silence_ends_the_tree_and_keepalives_hold_it_off(tmp_path):
+    proc = start({"argv": [sys.executable, "-c", TREE], "silence": 1.0}, tmp_path)
+    try:
+        pids = tree_of(proc)
+        for _ in range(15):  # 3 s of keepalives, each well within the 1 s of silence allowed
+            proc.stdin.write(b"ping\n")
+            proc.stdin.flush()
+            time.sleep(0.2)
+        assert all(map(alive, pids)) and proc.poll() is None
+        stopped_pinging = time.monotonic()
+        assert proc.wait(timeout=30) == 128 + 15
+        assert time.monotonic() - stopped_pinging < 1.0 + 3.0
+        assert wait_until(lambda: not any(map(alive, pids)), remote.KILL_AFTER + 5)
+        assert b"no word from the launcher for 1s" in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_tree_that_ignores_sigterm_is_killed(tmp_path):
+    stubborn = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); " + TREE
+    proc = start({"argv": [sys.executable, "-c", stubborn]}, tmp_path)
+    pids = tree_of(proc)
+    closed = time.monotonic()
+    proc.stdin.close()
+    assert proc.wait(timeout=30) == 128 + 15
+    assert remote.KILL_AFTER - 0.5 < time.monotonic() - closed < remote.KILL_AFTER + 5
+    assert not any(map(alive, pids))
+
+
+def test_preflight_reports_the_version_and_protocol():
+    out = subprocess.run([sys.executable, "-m", "gluondist.launcher.remote", "--preflight"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert json.loads(out) == {"gluondist": gluondist.__version__,
+                               "protocol": remote.PROTOCOL, "mxnet": True}
