@@ -73,9 +73,13 @@ def final_lines(result: LaunchResult) -> List[str]:
     if result.failure is None:
         return [f"{P}succeeded after {len(result.restarts)} restart(s)"] if result.restarts \
             else []
+    return failure_lines(result) + [exit_line(result)]
+
+
+def exit_line(result: LaunchResult) -> str:
     code = f"exit code {result.exit_code}"
     if result.exit_code == STALL_EXIT and result.stall is not None:
         code += " (stalled)"
-    if result.exit_code == LOST_EXIT and result.failure.lost:
+    if result.exit_code == LOST_EXIT and result.failure is not None and result.failure.lost:
         code += " (lost a host)"
-    return failure_lines(result) + [P + code]
+    return P + code

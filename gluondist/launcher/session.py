@@ -23,9 +23,10 @@ from .monitor import (Joins, LaunchResult, free_ports, is_pslite_chatter, rank_f
 from .options import LaunchOptions
 from .plan import LaunchPlan, ProcessSpec, build_plan
 from .process import ProcessGroup
-from .report import failure_lines, final_lines
+from .report import exit_line, failure_lines, final_lines
 
 PORT_ATTEMPTS = 3
+UNREACHABLE = ("ssh failed", "no answer")  # how ssh.check_host begins such a host's problem
 Show = Callable[[str, bool], None]
 
 
@@ -99,7 +100,8 @@ def launch_job(options: LaunchOptions, show: Show,
                base_env: Optional[Mapping[str, str]] = None, cores: Optional[int] = None,
                transport=None, ports=free_ports) -> LaunchResult:
     """Run the job to its end, restarting it up to ``options.max_restarts`` times, and return
-    the last attempt's result (its report already shown). Raises LaunchError for bad options
+    the last attempt's result (its report already shown). Over ssh, each restart runs on the
+    hosts that pass the preflight again (see ``_reachable``). Raises LaunchError for bad options
     before anything starts. Any exception (KeyboardInterrupt, a signal turned into one by the
     CLI) stops every process, says which, and propagates."""
     base_env = os.environ if base_env is None else base_env
@@ -113,7 +115,7 @@ def launch_job(options: LaunchOptions, show: Show,
                               f"{exc.strerror}") from None
     transport = transport or _transport(options, base_env)
     on_line = _console(show, record, hide_chatter=ev.PS_VERBOSE not in base_env)
-    restarts, port_retries, failures = 0, 0, []
+    restarts, port_retries, failures, every_host = 0, 0, [], options.hosts
     while True:
         port, *node_ports = ports(options.num_processes, options.host)
         plan = build_plan(options, port, node_ports, cores, base_env, restarts)
@@ -136,7 +138,33 @@ def launch_job(options: LaunchOptions, show: Show,
         failures.append(result.failure)
         for line in failure_lines(result, f"attempt {result.attempts} failed: "):
             show(line, True)
+        if options.launcher == "ssh":
+            options = _reachable(options, every_host, result.attempts + 1, show)
+            if options is None:
+                result.restarts = failures[:-1]
+                show(exit_line(result), True)
+                return result
         show(f"gluondist: restarting the job ({restarts} of {options.max_restarts})", True)
+
+
+def _reachable(options: LaunchOptions, every_host, attempt: int,
+               show: Show) -> Optional[LaunchOptions]:
+    """Before a restart over ssh: ``every_host`` checked again (the preflight), those that fail
+    it left out, each said so. The options on the hosts left, or None (said why) when their
+    slots no longer hold -n workers: -n is never lowered, since it sets the global batch."""
+    from .ssh import check_hosts
+    problems = check_hosts([h.name for h in every_host], options.python, options.ssh_config)
+    for name, problem in problems.items():
+        what = "is unreachable" if problem.startswith(UNREACHABLE) else "fails its check"
+        show(f"gluondist: host {name} {what} ({problem}): left out of attempt {attempt}", True)
+    kept = tuple(h for h in every_host if h.name not in problems)
+    slots = sum(h.slots for h in kept)
+    if slots < options.num_workers:
+        show(f"gluondist: cannot restart: the hosts left have {slots} slot(s) for -n "
+             f"{options.num_workers}; -n is never lowered (it sets the global batch): bring "
+             "the hosts back or add some", True)
+        return None
+    return dataclasses.replace(options, hosts=kept)
 
 
 def _attempt(options, plan, on_line, transport, restarts, show) -> LaunchResult:

@@ -127,32 +127,31 @@ class SshTransport:
 
 def check_host(host: str, python: str, ssh_config: Optional[str] = None,
                timeout: float = 30.0) -> Optional[str]:
-    """What is wrong with ``host`` for a job, in one line naming it, or None: reachable, login
-    works, ``python`` imports MXNet and the launcher's own gluondist version."""
+    """What is wrong with ``host`` for a job, in one line, or None: reachable, login works,
+    ``python`` imports MXNet and the launcher's own gluondist version (the protocol's)."""
     try:
         proc = subprocess.run(ssh_argv(host, [python, "-m", REMOTE, "--preflight"], ssh_config),
                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
-        return f"host {host}: no answer over ssh within {timeout:g}s"
+        return f"no answer over ssh within {timeout:g}s"
     last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
     if proc.returncode == 255:
-        return f"host {host}: ssh failed: {last}"
+        return f"ssh failed: {last}"
     if proc.returncode != 0:
         if "No module named" in proc.stderr:
-            return (f"host {host}: gluondist is not installed for {python}; install gluondist "
-                    f"{__version__} there")
-        return f"host {host}: {python} -m {REMOTE} failed: {last}"
+            return f"gluondist is not installed for {python}; install gluondist {__version__} there"
+        return f"{python} -m {REMOTE} failed: {last}"
     try:
         theirs = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return f"host {host}: {python} -m {REMOTE} --preflight printed no report"
+        return f"{python} -m {REMOTE} --preflight printed no report"
     if theirs.get("gluondist") != __version__ or theirs.get("protocol") != PROTOCOL:
-        return (f"host {host}: gluondist {theirs.get('gluondist')} (protocol "
-                f"{theirs.get('protocol')}) for {python}, but the launcher runs gluondist "
-                f"{__version__} (protocol {PROTOCOL}); install gluondist {__version__} there")
+        return (f"gluondist {theirs.get('gluondist')} (protocol {theirs.get('protocol')}) for "
+                f"{python}, but the launcher runs gluondist {__version__} (protocol {PROTOCOL}); "
+                f"install gluondist {__version__} there")
     if not theirs.get("mxnet"):
-        return f"host {host}: MXNet is not installed for {python}; install it there"
+        return f"MXNet is not installed for {python}; install it there"
     return None
 
 
@@ -170,4 +169,4 @@ def preflight(hosts: Sequence[str], python: str, ssh_config: Optional[str] = Non
     problems = check_hosts(hosts, python, ssh_config, timeout)
     for host in hosts:
         if host in problems:
-            raise LaunchError(problems[host])
+            raise LaunchError(f"host {host}: {problems[host]}")

@@ -7,12 +7,14 @@ asks to stop there), poison ([epoch, batch]: worker 1 sets its output bias to Na
 batchnorm (a net with BatchNorm), regression (a regression net, L2 loss, mse/mae metrics; also
 writes numpy's val mse/mae of the final net to metrics.<rank>.json), several (the parameter-
 server recipe, then fit, then fit again on the same net, then the real fit on a new net),
-accumulate (fit's accumulate). The
+accumulate (fit's accumulate), batch_sleep (seconds each worker sleeps after each batch, so a
+test can act while the job trains). The
 tests import data(), net() and optimizer_params() to train the same model in one process.
 """
 import json
 import os
 import sys
+import time
 
 import mxnet as mx
 import numpy as np
@@ -66,6 +68,14 @@ class At(gluondist.Callback):
             self.action(run)
 
 
+class Sleep(gluondist.Callback):
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def on_batch_end(self, run, batch, logs):
+        time.sleep(self.seconds)
+
+
 def stop(run):
     run.stop_training = True
 
@@ -102,6 +112,8 @@ def main():
         callbacks.append(At(0, opts["stop_at"], stop))
     if "poison" in opts:
         callbacks.append(At(1, opts["poison"], poison))
+    if "batch_sleep" in opts:
+        callbacks.append(Sleep(opts["batch_sleep"]))
     history = gluondist.fit(model, train, val_data=val, epochs=epochs, batch_size=batch, seed=11,
                             optimizer=opts.get("optimizer", "sgd"),
                             optimizer_params=optimizer_params(opts),
