@@ -261,9 +261,9 @@ def test_a_traceback_longer_than_the_log_tail_comes_whole_from_the_error_record(
 
 
 def test_the_earliest_failure_leads_even_when_noticed_later(launch):
-    # worker 1 raises first but takes a second to format its error; worker 0 raises right
-    # after and exits first, so the monitor notices worker 0 first. The error records' times
-    # put worker 1 first, worker 0 after it.
+    # worker 1 raises first but takes a second to format its error; worker 0 raises once
+    # worker 1's formatting began (after its failure time was taken) and exits first, so the
+    # monitor notices worker 0 first. The error records' times put worker 1 first.
     job = launch("-n", 2, "-s", 1, JOB, "raisefirst", 1)
     assert job.wait() == 1
     assert "gluondist: worker 1 failed first: exit code 1" in job.err, job.err

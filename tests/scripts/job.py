@@ -4,8 +4,9 @@ Every worker joins a dist_sync kvstore and runs a few push/pull rounds; then the
 does ACTION (exit: sys.exit(3), raise, sigkill, hang: write
 <rank>.hanging and sleep), while the others keep training, so they
 block on the missing peer as real workers would. `deep` raises from 60 nested calls (a
-traceback longer than the launcher's log tail); `raisefirst` makes the acting worker write
-<rank>.raising and raise an error that is slow to format, and every other worker raise as soon
+traceback longer than the launcher's log tail); `raisefirst` makes the acting worker raise an error that
+is slow to format and write <rank>.raising while it is being formatted (after the bootstrap took
+its failure time, so the order of the two is unambiguous), and every other worker raise as soon
 as it sees that file. `argv` prints the arguments and exits;
 `nojoin` makes the acting worker sleep instead of joining. Finished workers write <rank>.done.
 """
@@ -56,9 +57,11 @@ if acts:
     if action == "raisefirst":
         class SlowToFormat(RuntimeError):
             def __str__(self):
+                # formatted only once the bootstrap caught it and took its time: from now on
+                # any other worker's failure is later, however the OS schedules the two
+                open(f"{rank}.raising", "w").close()
                 time.sleep(1.0)  # e.g. a library error that gathers its context
                 return "worker %d failed first" % rank
-        open(f"{rank}.raising", "w").close()
         raise SlowToFormat()
     if action == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
