@@ -269,4 +269,15 @@ def test_the_earliest_failure_leads_even_when_noticed_later(launch):
     assert "gluondist: worker 1 failed first: exit code 1" in job.err, job.err
     assert "SlowToFormat: worker 1 failed first" in job.err
     assert "gluondist: then worker 0 failed: RuntimeError: worker 0 saw a peer fail" in job.err
+    stopped = [l for l in job.err.splitlines() if l.startswith("gluondist: stopped")]
+    assert not any("worker" in l for l in stopped), job.err  # each named once, as failed
     assert job.leftovers() == []
+
+
+def test_blank_last_lines_are_left_out_of_a_report(launch):
+    job = launch("-n", 1, "-s", 1, "--", sys.executable, "-c",
+                 "print('\\n\\nlast words\\n\\n'); raise SystemExit(3)")
+    assert job.wait() == 3
+    lines = job.err.splitlines()
+    body = lines[lines.index("gluondist: its last lines:") + 1:]
+    assert body[0] == "    last words" and not body[1].startswith("    "), job.err

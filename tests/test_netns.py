@@ -130,6 +130,22 @@ def test_a_restart_leaves_the_lost_first_host_out(launch, cluster, tmp_path):
     like_one_process(tmp_path)
 
 
+def test_a_restart_that_would_need_fewer_workers_is_refused(launch, cluster, tmp_path):
+    first, second = cluster.hosts[:2]
+    job = fit_on(launch, cluster, tmp_path, [first, second], "--max-restarts", 1, epochs=100,
+                 batch_sleep=0.2)
+    wait_for_epochs(job, tmp_path, 1)
+    cluster.cut(second)
+    assert job.wait(timeout=120) == LOST_EXIT, job.err
+    assert f"attempt 1 failed: lost the connection to host {second}, where worker 0 ran" \
+        in job.err
+    assert f"host {second} is unreachable (ssh failed: " in job.err
+    assert "gluondist: cannot restart: the hosts left have 1 slot(s) for -n 2; -n is never " \
+           "lowered" in job.err
+    assert "restarting the job" not in job.err
+    assert job.err.strip().splitlines()[-1] == f"gluondist: exit code {LOST_EXIT} (lost a host)"
+
+
 def test_a_host_with_another_gluondist_is_named(cluster, tmp_path):
     first, second = cluster.hosts[:2]
     old = tmp_path / "old"

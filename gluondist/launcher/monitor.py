@@ -187,7 +187,7 @@ def rank_failures(result: LaunchResult, group: ProcessGroup) -> LaunchResult:
     # one lost host is one failure, however many of its sessions noticed before the teardown
     result.others = [f for _, f in failures[1:] if not (f.lost and root.lost
                                                          and f.host == root.host)]
-    named = {f.label for f in result.others}  # reported as failed, not as stopped
+    named = {root.label} | {f.label for f in result.others}  # failed, not "stopped"
     result.stopped = [label for label in result.stopped if label not in named]
     code = root_child.exited.returncode
     result.exit_code = LOST_EXIT if root.lost else \

@@ -7,9 +7,9 @@ reaper kills every group it was told about.
 
 A worker can also have a side channel, a stream of lines ``gluondist-progress N`` (batches
 finished, from gluondist.heartbeat), ``gluondist-cpu S`` (its process tree's CPU seconds, from
-the ssh wrapper) and ``gluondist-error JSON`` (its error record, from the ssh wrapper) and ``gluondist-exit N`` (its
-exit status, from the ssh wrapper). Locally it is a pipe whose write end the worker inherits;
-over ssh it is the session's stderr, for every role.
+the ssh remote side), ``gluondist-error JSON`` (its error record, from the ssh remote side) and
+``gluondist-exit N`` (its exit status, from the ssh remote side). Locally it is a pipe whose
+write end the worker inherits; over ssh it is the session's stderr, which every role has.
 """
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ class Child:
         self.exited: Optional[Exited] = None
         self.batches: Optional[int] = None  # from its heartbeat, once it sent one
         self.batches_at = 0.0  # time.monotonic() when that count last grew
-        self.cpu: Optional[float] = None  # its tree's CPU seconds, as the ssh wrapper reports
+        self.cpu: Optional[float] = None  # its tree's CPU seconds, as the ssh remote side reports
         self.error: Optional[dict] = None  # its error record (see errorfile.py)
         self.exit_report: Optional[int] = None  # its exit status as the ssh remote side saw it
         self.error_file = error_file

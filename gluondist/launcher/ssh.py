@@ -140,7 +140,8 @@ def check_host(host: str, python: str, ssh_config: Optional[str] = None,
         return f"ssh failed: {last}"
     if proc.returncode != 0:
         if "No module named" in proc.stderr:
-            return f"gluondist is not installed for {python}; install gluondist {__version__} there"
+            return (f"gluondist is not installed for {python}; install gluondist "
+                    f"{__version__} there")
         return f"{python} -m {REMOTE} failed: {last}"
     try:
         theirs = json.loads(proc.stdout.strip().splitlines()[-1])
