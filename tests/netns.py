@@ -19,10 +19,12 @@ a pulled cable, while the host's own interface stays up. ``heal`` plugs it back 
 
 Everything is torn down when the ``with`` ends, however it ends; namespaces left by a test
 process that was killed outright are removed by the next Cluster (their name holds the pid).
-Needs root, ``ip``, ``tc`` and sshd: ``unavailable()`` says which is missing.
+Needs root, ``ip``, ``tc`` and sshd: ``unavailable()`` says which is missing, ``require()``
+skips the calling test with that reason (fails it under CI, whose .ci/run installs them).
 """
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
 import random
@@ -50,6 +52,17 @@ def unavailable() -> Optional[str]:
             return f"network-namespace cluster needs {tool}: apt-get install {package} " \
                    "(.ci/run does)"
     return None
+
+
+def require() -> None:
+    """Skip the calling test, in one line, when a cluster cannot be built here; under CI (which
+    installs what it needs) fail it instead."""
+    import pytest
+    reason = unavailable()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
 
 
 def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -135,11 +148,10 @@ class Cluster:
         self.k, self.rate, self.dir = k, rate, Path(workdir)
         self.id = f"{os.getpid():x}-{next(_COUNTER)}"
         self.bridge_ns = f"{PREFIX}{self.id}-br"
-        self.subnet = _free_subnet()
-        self.hosts: List[str] = [f"{self.subnet}.{i + 1}" for i in range(k)]
-        self.ns: Dict[str, str] = {a: f"{PREFIX}{self.id}-h{i + 1}"
-                                   for i, a in enumerate(self.hosts)}
-        self.port: Dict[str, str] = {a: f"p{i + 1}" for i, a in enumerate(self.hosts)}
+        self.subnet = ""  # 10.77.X, picked by start()
+        self.hosts: List[str] = []
+        self.ns: Dict[str, str] = {}
+        self.port: Dict[str, str] = {}
         self.uplink = f"gdl{os.getpid() % 100000}{next(_COUNTER)}"[:15]
         self.ssh_config = str(self.dir / "ssh_config")
         self._made: List[str] = []
@@ -164,7 +176,13 @@ class Cluster:
         sh("ip", "link", "add", self.uplink, "type", "veth", "peer", "name", "up0",
            "netns", self.bridge_ns)
         self._made.append(self.uplink)
-        sh("ip", "addr", "add", f"{self.subnet}.254/24", "dev", self.uplink)
+        with open("/tmp/gluondist-netns.lock", "w") as lock:  # two clusters, two subnets
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.subnet = _free_subnet()
+            sh("ip", "addr", "add", f"{self.subnet}.254/24", "dev", self.uplink)
+        self.hosts = [f"{self.subnet}.{i + 1}" for i in range(self.k)]
+        self.ns = {a: f"{PREFIX}{self.id}-h{i + 1}" for i, a in enumerate(self.hosts)}
+        self.port = {a: f"p{i + 1}" for i, a in enumerate(self.hosts)}
         sh("ip", "link", "set", self.uplink, "up")
         self._in(self.bridge_ns, "ip", "link", "set", "up0", "master", "br0", "up")
         for address in self.hosts:
