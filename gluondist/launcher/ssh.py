@@ -9,8 +9,8 @@ keepalive lines stop coming (the link is cut: nothing could close stdin).
 
 The session's stderr is a side channel (see process.py): a worker's heartbeat, its tree's CPU
 time, its error record and, for every process, the remote side's exit report. A session that
-ends without that report (ssh's own 255, its keepalive giving up) lost its connection: the
-monitor reports `lost the connection to host H`, not a process's exit.
+ends with ssh's own 255 (its keepalive gave up, the connection broke) without that report lost
+its connection: the monitor reports `lost the connection to host H`, not a process's exit.
 """
 from __future__ import annotations
 
@@ -120,9 +120,10 @@ class SshTransport:
         return child.cpu
 
     def lost(self, child) -> bool:
-        """The session ended without the remote side's exit report: the connection was lost
-        (call once the side channel has been read to its end)."""
-        return child.exit_report is None
+        """ssh ended with its own code, 255, and without the remote side's exit report: the
+        connection was lost (call once the side channel has been read to its end). Any other
+        code without a report came from the remote shell (a python that would not start)."""
+        return child.exit_report is None and child.proc.returncode == 255
 
 
 def check_host(host: str, python: str, ssh_config: Optional[str] = None,
