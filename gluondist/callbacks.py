@@ -42,7 +42,12 @@ class Callback:
         """``logs`` holds this epoch's values, with the History's keys."""
 
     def on_train_end(self, run) -> None:
-        pass
+        """After the last epoch of a fit that ended without an error."""
+
+    def on_exception(self, run, exc: BaseException) -> None:
+        """Instead of ``on_train_end`` when fit raises (``KeyboardInterrupt`` included): close
+        what the callback opened. fit re-raises ``exc`` afterwards; checkpoints already written
+        stay as they are."""
 
     def state_dict(self) -> dict:
         return {}
@@ -89,6 +94,14 @@ class CallbackList:
     def on_train_end(self, run):
         for cb in self.callbacks:
             cb.on_train_end(run)
+
+    def on_exception(self, run, exc):
+        """Every callback hears of ``exc``, even when one of them fails in turn (logged)."""
+        for cb in self.callbacks:
+            try:
+                cb.on_exception(run, exc)
+            except Exception:
+                log.exception("%s.on_exception failed", type(cb).__name__)
 
     def _keys(self):
         """A key per callback: its class and how many of that class came before it (stable
@@ -217,6 +230,10 @@ class ProgressBar(Callback):
             self.bar.set_postfix_str(format_logs(logs))
             self.bar.close()
 
+    def on_exception(self, run, exc):
+        if getattr(self, "bar", None) is not None:
+            self.bar.close()
+
 
 class EpochLogger(Callback):
     """One ``logging`` line per epoch from worker 0 (``logging.basicConfig(level=INFO)`` shows
@@ -249,15 +266,17 @@ class Checkpointer(Callback):
         self.directory = directory
 
     def on_epoch_end(self, run, epoch, logs):
-        if run.rank != 0:
-            return
-        from . import checkpoint
-        checkpoint.save(self.directory, epoch, run.net, None if run.step.async_mode else
-                        run.trainer, {"seed": run.seed, "signature": checkpoint.signature(run.net),
-                                      "history": run.history.history,
-                                      "rng": checkpoint.rng_states(),
-                                      "callbacks": run.callbacks.state_dict()},
-                        run.callbacks.state_arrays())
+        from . import checkpoint, kvstore
+        if run.rank == 0:
+            checkpoint.save(self.directory, epoch, run.net, None if run.step.async_mode else
+                            run.trainer, {"seed": run.seed,
+                                          "signature": checkpoint.signature(run.net),
+                                          "history": run.history.history,
+                                          "rng": checkpoint.rng_states(),
+                                          "callbacks": run.callbacks.state_dict()},
+                            run.callbacks.state_arrays())
+        if run.step.agree:  # no worker reads the directory (a next fit) before it is complete
+            kvstore.barrier()
 
 
 class StopAgreement(Callback):
@@ -281,21 +300,17 @@ class Heartbeat(Callback):
 class _Monitor:
     """Follows one value of the logs and says when it improves (EarlyStopping, SaveBest).
 
-    ``mode`` is ``'min'`` or ``'max'``; ``'auto'`` takes ``'min'`` for names with "loss" or
-    "error" and ``'max'`` for "acc"/"accuracy"/"f1", and refuses to guess otherwise (MXNet's
-    Estimator's auto mode always maximises, which stops a loss-monitoring run at random)."""
+    ``mode`` is ``'min'`` or ``'max'``; ``'auto'`` takes ``'min'`` for losses and errors
+    (names with "loss", "error", "mse", "mae", "rmse", "cross-entropy") and ``'max'`` for
+    "acc"/"accuracy"/"f1"/"precision"/"recall", and refuses to guess otherwise (MXNet's
+    Estimator's auto mode always maximises, which stops a loss-monitoring run at random). It is
+    decided when fit checks the name against the keys the run records."""
+
+    MINIMISE = ("loss", "error", "mse", "mae", "rmse", "cross-entropy")
+    MAXIMISE = ("acc", "f1", "precision", "recall")
 
     def __init__(self, monitor: str, mode: str, min_delta: float, owner: str):
-        if mode == "auto":
-            name = monitor.lower()
-            if "loss" in name or "error" in name:
-                mode = "min"
-            elif any(k in name for k in ("acc", "f1", "precision", "recall")):
-                mode = "max"
-            else:
-                raise ValueError(f"{owner} cannot tell whether {monitor!r} should go up or "
-                                 "down; pass mode='min' or mode='max'")
-        if mode not in ("min", "max"):
+        if mode not in ("min", "max", "auto"):
             raise ValueError(f"{owner} mode must be 'min', 'max' or 'auto', not {mode!r}")
         self.monitor, self.mode, self.min_delta, self.owner = monitor, mode, abs(min_delta), owner
         self.best: Optional[float] = None
@@ -307,6 +322,15 @@ class _Monitor:
             hint = " (pass val_data to fit)" if self.monitor.startswith("val_") and no_val else ""
             raise ValueError(f"{self.owner} monitors {self.monitor!r} but the run records "
                              f"{', '.join(keys)}{hint}")
+        if self.mode == "auto":
+            name = self.monitor.lower()
+            if any(k in name for k in self.MINIMISE):
+                self.mode = "min"
+            elif any(k in name for k in self.MAXIMISE):
+                self.mode = "max"
+            else:
+                raise ValueError(f"{self.owner} cannot tell whether {self.monitor!r} should go "
+                                 "up or down; pass mode='min' or mode='max'")
 
     def improved(self, logs) -> bool:
         """True (and the new best kept) when this epoch's value beats the best so far."""

@@ -4,7 +4,8 @@ Layout of ``checkpoint_dir`` (plain MXNet reads every file; nothing is pickled):
 
     ckpt-000007/        one complete checkpoint; the highest number is the newest
       net.params        the parameters: net.load_parameters("ckpt-000007/net.params")
-      trainer.states    the optimizer's state arrays (momentum, Adam's moments): mx.nd.load()
+      trainer.states    the optimizer's state arrays (momentum, Adam's moments): mx.nd.load();
+                        absent for an optimizer without state (plain SGD)
       state.json        format, epoch, seed, history, RNG states, model signature, callback
                         states, the optimizer's update counts and which array is whose state
       callbacks.params  callbacks' arrays, e.g. EarlyStopping's best weights (when any)
@@ -20,6 +21,7 @@ a pickle, which would run code when loaded.
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -82,6 +84,23 @@ def save(directory, epoch: int, net, trainer, state: dict,
     number = _next_number(directory)
     final = directory / f"ckpt-{number:06d}"
     tmp = directory / f".{final.name}.{os.getpid()}.tmp"
+    try:
+        _write(tmp, epoch, net, trainer, state, callback_arrays)
+    except (OSError, mx.base.MXNetError) as exc:  # a full disk, a quota, an I/O error
+        reason = _reason(exc, directory)  # before the partial files free their space
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OSError(f"cannot write the checkpoint of epoch {epoch + 1} to {directory}: "
+                      f"{reason}; the earlier checkpoints are kept") from exc
+    os.rename(tmp, final)
+    _fsync(directory, os.O_RDONLY)
+    for stray in directory.glob(".ckpt-*.tmp"):  # left by a writer killed mid-write
+        shutil.rmtree(stray, ignore_errors=True)
+    for old in _numbers(directory)[:-KEEP]:
+        shutil.rmtree(directory / f"ckpt-{old:06d}", ignore_errors=True)
+    return final
+
+
+def _write(tmp: Path, epoch: int, net, trainer, state: dict, callback_arrays) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     net.save_parameters(str(tmp / PARAMS))
@@ -93,13 +112,18 @@ def save(directory, epoch: int, net, trainer, state: dict,
     for path in tmp.iterdir():
         _fsync(path, os.O_RDONLY)
     _fsync(tmp, os.O_RDONLY)
-    os.rename(tmp, final)
-    _fsync(directory, os.O_RDONLY)
-    for stray in directory.glob(".ckpt-*.tmp"):  # left by a writer killed mid-write
-        shutil.rmtree(stray, ignore_errors=True)
-    for old in _numbers(directory)[:-KEEP]:
-        shutil.rmtree(directory / f"ckpt-{old:06d}", ignore_errors=True)
-    return final
+
+
+def _reason(exc: BaseException, directory: Path) -> str:
+    """What went wrong in words: MXNet's writer says only "FileStream.Write incomplete"."""
+    if getattr(exc, "errno", None) == errno.ENOSPC:
+        return "no space left on device"
+    try:
+        if shutil.disk_usage(directory).free < (1 << 20):
+            return "no space left on device"
+    except OSError:
+        pass
+    return getattr(exc, "strerror", None) or str(exc).strip().splitlines()[-1][:200]
 
 
 def start_fresh(directory) -> None:

@@ -79,11 +79,17 @@ class DatasetSource(Source):
         self._indices = _Indices()
 
     def load(self, idx, ctxs):
-        return self._place(self.batchify_fn([self.dataset[int(i)] for i in idx]), ctxs)
+        samples = [self.dataset[int(i)] for i in idx]
+        if isinstance(samples[0], dict):
+            raise ValueError(f"the dataset's samples are dicts (keys {list(samples[0])}), but "
+                             "fit takes (x, y) or (x, y, sample_weight) tuples: turn them into "
+                             "tuples with dataset.transform(lambda s: (s['x'], s['y']))")
+        return self._place(self.batchify_fn(samples), ctxs)
 
     def _place(self, batch, ctxs):
         inputs, labels, weight = unpack(batch, self.labelled)
         inputs, labels = [_float32(x) for x in inputs], [_float32(y) for y in labels]
+        weight = _float32(weight) if weight is not None else None
         if self.class_weight is not None:
             by_class = self.class_weight.take(labels[0].astype("int32").reshape((-1,)))
             weight = by_class if weight is None else weight.reshape((-1,)) * by_class
@@ -127,8 +133,8 @@ def check_count(value, name: str, least: int) -> None:
 
 
 def _float32(array):
-    """As for arrays: integers and float64 become float32 (float16 is left alone)."""
-    return array if array.dtype in (np.float32, np.float16) else array.astype(np.float32)
+    """As for arrays: integers, float16 and float64 become float32."""
+    return array if array.dtype == np.float32 else array.astype(np.float32)
 
 
 class _Indices:
@@ -321,8 +327,7 @@ def source(data, name: str, class_weight=None, labelled: bool = True):
         named += [(f"y[{i}]" if len(labels) > 1 else "y", a) for i, a in enumerate(labels)]
         named += [("sample_weight", weight)] if weight is not None else []
         if len({len(a) for _, a in named}) > 1:
-            counts = " but ".join(f"{n} has {len(a)}" for n, a in named)
-            raise ValueError(f"{name}: {counts} samples; give one label (and weight) per sample")
+            raise ValueError(_count_mismatch(name, inputs, named))
         if len(inputs[0]) == 0:
             raise ValueError(f"{name} is empty")
         if weight is not None and (weight.ndim != 1 or (weight < 0).any()):
@@ -350,6 +355,21 @@ def source(data, name: str, class_weight=None, labelled: bool = True):
         return _dataset_source(data, name, None, None, "keep", class_weight, labelled), None
     raise ValueError(f"{name} must be an (X, y) tuple of arrays, a gluon.data.Dataset or a "
                      f"DataLoader, not {type(data).__name__}")
+
+
+def _count_mismatch(name: str, inputs, named) -> str:
+    """Why the arrays of ``name`` have different lengths, in one short line."""
+    if len(inputs) > 1 and len(inputs) == len(named[-1][1]):  # rows given as a list
+        return (f"{name}: X is a list of {len(inputs)} arrays, which fit reads as "
+                f"{len(inputs)} inputs of the net; for one input of {len(inputs)} samples pass "
+                "one array (np.stack(X))")
+    by_length: dict = {}
+    for n, a in named:
+        by_length.setdefault(len(a), []).append(n)
+    counts = " but ".join(", ".join(ns[:3]) + (f" and {len(ns) - 3} more" if len(ns) > 3 else "")
+                       + f" {'have' if len(ns) > 1 else 'has'} {k}"
+                       for k, ns in by_length.items())
+    return f"{name}: {counts} samples; give one label (and weight) per sample"
 
 
 def _check_sampler(batch_sampler, length: int, name: str) -> None:

@@ -1,13 +1,31 @@
 """``gluondist.evaluate`` and ``gluondist.predict``, and the pass fit validates with."""
 from __future__ import annotations
 
-from typing import Tuple, Union
+from contextlib import closing
+from typing import Dict, Tuple, Union
 
 import numpy as np
 
 from . import kvstore as kvs, parallel
 from .data import check_count, source
-from .objective import Objective, Tally, check_batch, forward, outputs_of
+from .metrics import last_line
+from .objective import (Objective, Tally, check_batch, check_float32, forward, named_inputs,
+                        outputs_of)
+
+SHARD_HINT = ("pass the whole dataset on every worker: fit and evaluate give each worker its "
+              "share of every batch (data sharded by hand, such as X[rank::N], gives the "
+              "workers different batch counts, and dist_sync would hang)")
+
+
+def differences(fields: Dict[str, float]) -> str:
+    """``''`` when every worker of the job has the same ``fields``, else the differing ones
+    with each rank's value ("train_data samples: worker 0 129, worker 1 128"). Every worker
+    must call it together, with the same names."""
+    names = list(fields)
+    rows = kvs.allgather([float(fields[n]) for n in names])
+    return "; ".join(
+        f"{name}: " + ", ".join(f"worker {r} {row[j]:g}" for r, row in enumerate(rows))
+        for j, name in enumerate(names) if len(set(rows[:, j])) > 1)
 
 
 def run_pass(net, objective: Objective, src, ctxs, batch_size: int, rank: int = 0,
@@ -17,13 +35,14 @@ def run_pass(net, objective: Objective, src, ctxs, batch_size: int, rank: int = 
     tally = Tally(objective)
     sampler = kvs.ShardedBatchSampler(len(src), batch_size, workers, rank, shuffle=False,
                                       last_batch=src.last_batch)
-    for count, _, data_parts, target_parts in src.epoch(sampler, ctxs):
-        if count == 0:
-            continue
-        outputs = [forward(net, d) if d is not None else None for d in data_parts]
-        losses = [objective(o, t) if o is not None else None
-                  for o, t in zip(outputs, target_parts)]
-        tally.add(outputs, target_parts, losses)
+    with closing(src.epoch(sampler, ctxs)) as batches:  # an error stops its thread
+        for count, _, data_parts, target_parts in batches:
+            if count == 0:
+                continue
+            outputs = [forward(net, d) if d is not None else None for d in data_parts]
+            losses = [objective(o, t) if o is not None else None
+                      for o, t in zip(outputs, target_parts)]
+            tally.add(outputs, target_parts, losses)
     return tally.logs(allreduce)
 
 
@@ -40,6 +59,10 @@ def evaluate(net, data, loss=None, metrics="auto", batch_size=None, ctx=None,
     kind = kvs.resolve_kind("auto", len(ctxs))
     if kind in ("dist_sync", "dist_device_sync"):
         kv = kvs.create(kind, len(ctxs))
+        differ = differences({"data samples": len(src), "batch_size": batch_size})
+        if differ:
+            raise ValueError(f"the workers called evaluate with different data ({differ}); "
+                             f"{SHARD_HINT}")
         return run_pass(net, objective, src, ctxs, batch_size, kv.rank, kv.num_workers,
                         kvs.allreduce)
     return run_pass(net, objective, src, ctxs, batch_size)
@@ -51,14 +74,45 @@ def predict(net, data, batch_size=None, ctx=None) -> Union[np.ndarray, Tuple[np.
     them for several inputs, or a Dataset/DataLoader as for fit (labels are ignored). Runs in
     this process on its devices ``ctx``, in batches of ``batch_size`` (default 256)."""
     ctxs, src, batch_size = _setup(net, data, batch_size, ctx, labelled=False, default=256)
+    _check_pairs(net, src)
     sampler = kvs.ShardedBatchSampler(len(src), batch_size, shuffle=False)
     chunks = []
-    for _, _, data_parts, _ in src.epoch(sampler, ctxs):
-        parts = [outputs_of(forward(net, d)) for d in data_parts if d is not None]
-        chunks.append([np.concatenate([p[j].asnumpy() for p in parts])
-                       for j in range(len(parts[0]))])
+    with closing(src.epoch(sampler, ctxs)) as batches:
+        for _, _, data_parts, _ in batches:
+            parts = [_predicted(net, d) for d in data_parts if d is not None]
+            chunks.append([np.concatenate([p[j].asnumpy() for p in parts])
+                           for j in range(len(parts[0]))])
     columns = [np.concatenate(col) for col in zip(*chunks)]
     return tuple(columns) if len(columns) > 1 else columns[0]
+
+
+def _check_pairs(net, src) -> None:
+    """A Dataset of pairs ``(a, b)`` is ``(inputs, labels)`` to predict, which drops ``b``: say
+    so rather than lose an input of a net that takes several."""
+    sample = src.dataset[0] if hasattr(src, "dataset") else None
+    inputs = named_inputs(net)
+    if isinstance(sample, (tuple, list)) and len(sample) in (2, 3) and \
+            not isinstance(sample[0], (tuple, list)) and inputs > 1:
+        raise ValueError(f"predict reads each sample of {len(sample)} arrays as (inputs, "
+                         f"labels{', weight' if len(sample) == 3 else ''}) and drops the labels,"
+                         f" but the net takes {inputs} inputs: give samples ((x1, x2), y), or "
+                         "pass the arrays (X1, X2)")
+
+
+def _predicted(net, data) -> tuple:
+    """The net's outputs on one part, read (MXNet reports a failed forward when read), or a
+    ValueError in our words: predict takes the inputs alone."""
+    try:
+        out = outputs_of(forward(net, data))
+        for o in out:
+            o.wait_to_read()
+        return out
+    except Exception as exc:  # the user's forward: the cause stays chained
+        shapes = [x.shape for x in data] if isinstance(data, tuple) else data.shape
+        hint = (" (a tuple is read as several inputs: give predict X alone, not (X, y))"
+                if isinstance(data, tuple) else "")
+        raise ValueError(f"net cannot take the inputs given to predict (shape {shapes}){hint}: "
+                         f"{last_line(exc)}") from exc
 
 
 def _setup(net, data, batch_size, ctx, labelled=True, default=32):
@@ -67,6 +121,7 @@ def _setup(net, data, batch_size, ctx, labelled=True, default=32):
             p._deferred_init for p in net.collect_params().values()):
         raise ValueError("the net has no trained parameters yet: train it with fit, load them "
                          "(net.load_parameters), or initialise it")
+    check_float32(net)
     parallel.initialize(net, ctxs)  # moved to ctxs, values kept
     src, loader_batch = source(data, "data", labelled=labelled)
     batch_size = batch_size or loader_batch or default

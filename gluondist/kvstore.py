@@ -200,6 +200,12 @@ def allreduce(values: Sequence[float], key: int = 1 << 30) -> np.ndarray:
 _allreduce_keys: set = set()
 
 
+def barrier() -> None:
+    """Wait until every worker of the job is here (a no-op outside a distributed job)."""
+    if _dist_kvstore is not None:
+        _dist_kvstore._barrier()
+
+
 def allgather(values: Sequence[float]) -> np.ndarray:
     """Every worker's ``values``, as rows ``(num_workers, len(values))`` in rank order (just this
     process's row outside a distributed job). All workers must call it together."""

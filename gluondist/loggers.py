@@ -18,7 +18,8 @@ class CSVLogger(Callback):
     History key. With ``append`` (the default) rows are added after those already there (as
     Keras does); a run resumed from a checkpoint first drops the file's last rows of the epochs
     it trains again (written before a crash lost their checkpoint), so none is repeated.
-    Without ``append`` the file starts over."""
+    Without ``append`` the file starts over: with the History's rows of the epochs a resumed
+    run has already trained, then the new ones."""
 
     def __init__(self, path, append: bool = True):
         self.path, self.append = str(path), append
@@ -36,6 +37,10 @@ class CSVLogger(Callback):
                 self._rows = list(csv.DictReader(f))
             while run.start > 0 and self._rows and _epoch(self._rows[-1]) >= run.start:
                 self._rows.pop()  # trained again now: replaced, not repeated
+        elif run.start > 0:  # a resumed run starts over with the epochs its History has
+            history = run.history.history
+            self._rows = [{"epoch": e, **{k: v[e] for k, v in history.items()}}
+                          for e in range(run.start)]
 
     def on_epoch_end(self, run, epoch, logs):
         if run.rank != 0:
@@ -81,8 +86,9 @@ class TensorBoard(Callback):
                 self.log_dir, filename_suffix=f".{os.getpid()}.{TensorBoard._opened}")
 
     def on_batch_end(self, run, batch, logs):
-        if self._writer is not None and self.batch_every and batch % self.batch_every == 0:
-            self._writer.add_scalar("batch_loss", logs["loss"], run.epoch * run.steps + batch)
+        step = run.epoch * run.steps + batch  # counted over the whole run, resumes included
+        if self._writer is not None and self.batch_every and step % self.batch_every == 0:
+            self._writer.add_scalar("batch_loss", logs["loss"], step)
 
     def on_epoch_end(self, run, epoch, logs):
         if self._writer is not None:
@@ -94,6 +100,9 @@ class TensorBoard(Callback):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+    def on_exception(self, run, exc):
+        self.on_train_end(run)  # the writer (and its thread) closed, what it wrote kept
 
 
 def _epoch(row: dict) -> int:

@@ -88,10 +88,19 @@ def class_axis(label, pred) -> int:
 
 
 class Accuracy(Metric):
+    """The share of samples whose largest output is the label's class: a class index, or, for
+    labels of the outputs' shape (one-hot or class probabilities, as
+    ``SoftmaxCrossEntropyLoss(sparse_label=False)`` takes), the label's largest entry."""
     name = "accuracy"
 
     def per_sample(self, label, pred):
         axis = class_axis(label, pred)
+        if pred.shape[axis] == 1:  # MXNet's accuracy would report the share of class 0
+            raise ValueError("accuracy needs one output per class, but the net has one output "
+                             "unit (a sigmoid or a regression): give the net two outputs "
+                             "(softmax), or use another metric")
+        if label.shape == pred.shape:
+            return pred.argmax(axis=axis) == label.argmax(axis=axis)
         if label.ndim != pred.ndim - 1:
             label = label.reshape(pred.shape[:axis] + pred.shape[axis + 1:])
         return pred.argmax(axis=axis) == label.astype(pred.dtype, copy=False)

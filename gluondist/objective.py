@@ -2,6 +2,7 @@
 of each output, their exact sums over an epoch, and the checks run on a first batch."""
 from __future__ import annotations
 
+import inspect
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -123,6 +124,32 @@ class Tally:
         return mtr.reduce(pairs, flat_metrics, allreduce)
 
 
+def check_float32(net) -> None:
+    """fit, evaluate and predict cast every input, label and weight to float32: refuse, in one
+    line, a net whose parameters are of another type (``net.cast('float64')``)."""
+    other = sorted({np.dtype(p.dtype).name for p in net.collect_params().values()} -
+                   {"float32"})
+    if other:
+        raise ValueError(f"the net's parameters are {', '.join(other)} (net.cast), but gluondist "
+                         "casts every input, label and weight to float32 and trains float32 "
+                         "nets only; cast it back with net.cast('float32')")
+
+
+def named_inputs(net) -> int:
+    """How many inputs ``net``'s forward names (``*args`` aside, and the parameters that MXNet
+    passes to ``hybrid_forward`` by name)."""
+    block = mx.gluon.HybridBlock
+    hybrid = isinstance(net, block) and type(net).hybrid_forward is not block.hybrid_forward
+    try:
+        params = list(inspect.signature(net.hybrid_forward if hybrid else net.forward)
+                      .parameters.values())[1 if hybrid else 0:]  # hybrid_forward's F
+    except (TypeError, ValueError):
+        return 1
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    own = set(getattr(net, "_reg_params", {}))
+    return sum(1 for p in params if p.kind in kinds and p.name not in own)
+
+
 def outputs_of(out) -> tuple:
     """A net's outputs as a tuple: one NDArray, or a tuple or list of them (even of one)."""
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
@@ -138,9 +165,12 @@ def check_batch(net, objective: Optional[Objective], src, name: str, ctx, batch_
     """Run the net, the loss and the metrics on the first batch of ``src``: wrong shapes,
     labels out of range and metrics that cannot handle the data fail now, each with its own
     reason. Builds the Objective (from ``loss``, ``loss_weights``, ``metrics``) when None."""
-    data_parts, target_parts = src.load(np.arange(min(len(src), batch_size)), [ctx])
+    # two samples at least: a loss that averages the batch shows only on more than one
+    data_parts, target_parts = src.load(np.arange(min(len(src), max(batch_size, 2))), [ctx])
     data, (labels, weight) = data_parts[0], target_parts[0]
     shapes = [x.shape for x in data] if isinstance(data, tuple) else data.shape
+    if isinstance(data, tuple) and len(data) > 3:  # a list of rows read as many inputs
+        shapes = f"{shapes[:3]} ... ({len(data)} inputs)"
     try:
         out = forward(net, data)
         for o in (out if isinstance(out, (tuple, list)) else [out]):
@@ -170,9 +200,22 @@ def check_batch(net, objective: Optional[Objective], src, name: str, ctx, batch_
         raise ValueError(f"loss cannot be computed on a batch of {name} (outputs of shape "
                          f"{[o.shape for o in outs]}, labels {[y.shape for y in labels]}): "
                          f"{mtr.last_line(exc)}") from exc
+    _check_per_sample(objective, outs, labels, name)
     for j, ms in enumerate(objective.metrics):
         mtr.check(ms, [labels[j]], [outs[j]], f"a batch of {name}")
     return objective
+
+
+def _check_per_sample(objective: Objective, outs, labels, name: str) -> None:
+    """fit weighs, sums and averages the losses itself: each must give one value per sample."""
+    for j, (fn, o, y) in enumerate(zip(objective.losses, outs, labels)):
+        value = fn(o, y)
+        if value.ndim == 0 or value.shape[0] != o.shape[0]:
+            where = f" (output {j})" if objective.several else ""
+            raise ValueError(f"the loss{where} gives shape {value.shape} for a batch of "
+                             f"{o.shape[0]} samples of {name}: fit needs one loss value per "
+                             "sample, as gluon's losses give; return the per-sample losses, "
+                             "not their mean or sum over the batch")
 
 
 def _class_axis(loss, out) -> Optional[int]:
@@ -205,7 +248,8 @@ def _check_labels(loss, out, label, all_labels, name) -> None:
     if label.size != out.size // classes:
         raise ValueError(f"{name} has labels of shape {label.shape} for outputs of shape "
                          f"{out.shape}: softmax cross-entropy takes one class index per sample "
-                         f"(labels of shape {out.shape[:axis] + out.shape[axis + 1:]})")
+                         f"(labels of shape {out.shape[:axis] + out.shape[axis + 1:]}); for "
+                         "one-hot labels use SoftmaxCrossEntropyLoss(sparse_label=False)")
     labels = np.asarray(all_labels) if all_labels is not None else label.asnumpy()
     low, high = labels.min(), labels.max()
     if low < 0 or high >= classes or not np.all(np.equal(np.mod(labels, 1), 0)):

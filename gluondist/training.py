@@ -10,6 +10,7 @@ import random
 import sys
 import time
 from collections.abc import Mapping
+from contextlib import closing
 from typing import Optional, Sequence
 
 import numpy as np
@@ -19,9 +20,9 @@ from ._mx import mx
 from .callbacks import (Callback, CallbackList, Checkpointer, EpochLogger, Heartbeat,
                         History, ProgressBar, StopAgreement)
 from .data import check_count, source
-from .evaluation import run_pass
+from .evaluation import SHARD_HINT, differences, run_pass
 from .metrics import last_line
-from .objective import Tally, check_batch
+from .objective import Tally, check_batch, check_float32
 
 CLIP_KEY = "clip_global_norm"  # our key in optimizer_params: clip gradients by global norm
 
@@ -65,6 +66,17 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
                     kvstore, val_data, metrics, callbacks, checkpoint_dir, seed, accumulate,
                     loss_weights, class_weight)
     run = _start(plan, resume, progress, terminate_on_nan)
+    try:
+        _epochs(run)
+    except BaseException as exc:  # Ctrl-C included: callbacks close what they opened
+        run.callbacks.on_exception(run, exc)
+        raise
+    run.callbacks.on_train_end(run)
+    mx.nd.waitall()
+    return run.history
+
+
+def _epochs(run: Run) -> None:
     run.callbacks.on_train_begin(run)  # may stop at once (a resumed run that had ended)
     for epoch in range(run.start, run.epochs if not run.stop_training else run.start):
         run.epoch = epoch
@@ -78,9 +90,6 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
         run.callbacks.on_epoch_end(run, epoch, logs)
         if run.stop_training:
             break
-    run.callbacks.on_train_end(run)
-    mx.nd.waitall()
-    return run.history
 
 
 class _Plan:
@@ -95,39 +104,61 @@ def _prepare(net, train_data, loss, optimizer, optimizer_params, epochs, batch_s
              loss_weights, class_weight) -> _Plan:
     """Check every argument and one batch of each data source; initialise the net."""
     ctxs = parallel.contexts(ctx)
+    if kvstore is None and len(ctxs) > 1:
+        raise ValueError(f"kvstore=None on {len(ctxs)} devices would train each device's copy "
+                         "of the net on its own part of the batch (the copies drift apart); "
+                         "use kvstore='auto' or 'device', or one device")
     kind = kvs.resolve_kind(kvstore, len(ctxs))
-    train, loader_batch = source(train_data, "train_data", class_weight)
-    val = source(val_data, "val_data")[0] if val_data is not None else None  # as Keras: no
-    # class_weight there, so that evaluate() gives the same figures
     workers = kvs.num_workers() if kind in kvs.DIST_KINDS else 1
-    if batch_size is None:  # Keras' default, but never more than each worker's share
-        batch_size = loader_batch or max(1, min(32, len(train) // workers))
-    check_count(batch_size, "batch_size", 1)
+    train, val, batch_size, val_batch = _sources(train_data, val_data, batch_size, workers,
+                                                 class_weight)
     check_count(epochs, "epochs", 0)
     check_count(accumulate, "accumulate", 1)
-    if batch_size * workers > len(train):
-        raise ValueError(f"batch_size {batch_size} x {workers} worker(s) exceeds the "
-                         f"{len(train)} training samples; lower batch_size")
-    opt_params, clip = _check_optimizer(optimizer, optimizer_params)
+    optimizer, opt_params, clip = _check_optimizer(optimizer, optimizer_params)
     callbacks = _check_callbacks(callbacks)
-    if checkpoint_dir is not None:
-        _check_directory(checkpoint_dir)
+    checkpoint_dir = _checkpoint_dir(checkpoint_dir, callbacks)
     if seed is not None:
-        mx.random.seed(int(seed))
+        _seed(seed)
+    check_float32(net)
     parallel.initialize(net, ctxs)
     objective = check_batch(net, None, train, "train_data", ctxs[0], batch_size, loss,
                             loss_weights, metrics, class_weight)
     if val is not None:
-        check_batch(net, objective, val, "val_data", ctxs[0], batch_size)
+        check_batch(net, objective, val, "val_data", ctxs[0], val_batch)
     keys = objective.keys()
     keys += [f"val_{k}" for k in keys] if val is not None else []
     for cb in callbacks:
         if hasattr(cb, "check"):
             cb.check(keys)
     return _Plan(net=net, ctxs=ctxs, kind=kind, train=train, val=val, batch_size=batch_size,
-                 epochs=epochs, optimizer=optimizer, opt_params=opt_params, clip=clip,
-                 objective=objective, callbacks=callbacks, checkpoint_dir=checkpoint_dir,
-                 seed=seed, accumulate=accumulate)
+                 val_batch=val_batch, epochs=epochs, optimizer=optimizer, opt_params=opt_params,
+                 clip=clip, objective=objective, callbacks=callbacks,
+                 checkpoint_dir=checkpoint_dir, seed=seed, accumulate=accumulate)
+
+
+def _sources(train_data, val_data, batch_size, workers: int, class_weight):
+    """``(train, val, batch_size, val_batch)``: validation keeps its DataLoader's batch size
+    (else the training one), as evaluate does."""
+    train, loader_batch = source(train_data, "train_data", class_weight)
+    # as Keras: no class_weight in validation, so that evaluate() gives the same figures
+    val, val_batch = source(val_data, "val_data") if val_data is not None else (None, None)
+    if batch_size is None:  # Keras' default, but never more than each worker's share
+        batch_size = loader_batch or max(1, min(32, len(train) // workers))
+    check_count(batch_size, "batch_size", 1)
+    if batch_size * workers > len(train):
+        raise ValueError(f"batch_size {batch_size} x {workers} worker(s) exceeds the "
+                         f"{len(train)} training samples; lower batch_size")
+    return train, val, batch_size, val_batch or batch_size
+
+
+def _seed(seed) -> None:
+    """MXNet's, numpy's and Python's global RNGs (a Dataset transform may draw from any)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or \
+            not 0 <= seed < 2 ** 31:
+        raise ValueError(f"seed must be an integer 0..2**31-1 or None, not {seed!r}")
+    mx.random.seed(int(seed))
+    np.random.seed(int(seed))
+    random.seed(int(seed))
 
 
 def _start(plan: _Plan, resume: bool, progress, terminate_on_nan: bool) -> Run:
@@ -146,10 +177,7 @@ def _start(plan: _Plan, resume: bool, progress, terminate_on_nan: bool) -> Run:
                                kv, len(ctxs), plan.batch_size * plan.accumulate)
     step = kvs.TrainStep(trainer, kv, ctxs, plan.batch_size, plan.clip, plan.accumulate)
     if step.agree:
-        total, squares = kvs.allreduce([start, start * start])
-        if workers * squares != total * total:
-            raise RuntimeError("workers found different checkpoints in checkpoint_dir: it must "
-                               "be one directory that every worker sees (a shared filesystem)")
+        _agree(plan, start)
     callbacks = _callback_list(plan, progress)
     history = callbacks.first(History)
     if ckpt is not None:
@@ -162,8 +190,26 @@ def _start(plan: _Plan, resume: bool, progress, terminate_on_nan: bool) -> Run:
     return Run(net=net, trainer=trainer, step=step, history=history, callbacks=callbacks,
                start=start, epochs=plan.epochs, rank=rank, num_workers=workers, seed=seed,
                ctxs=ctxs, train=plan.train, val=plan.val, objective=plan.objective,
-               batch_size=plan.batch_size, sampler=sampler, steps=len(sampler),
+               batch_size=plan.batch_size, val_batch=plan.val_batch, sampler=sampler,
+               steps=len(sampler),
                terminate_on_nan=terminate_on_nan)
+
+
+def _agree(plan: _Plan, start: int) -> None:
+    """Fail on every worker of a dist_sync job, before any batch, when the workers would run
+    different numbers of batches (they would hang in push) or resume different epochs."""
+    differ = differences({"train_data samples": len(plan.train),
+                          "val_data samples": len(plan.val) if plan.val is not None else -1})
+    if differ:
+        raise ValueError(f"the workers hold different data ({differ}); {SHARD_HINT}")
+    differ = differences({"batch_size": plan.batch_size, "val batch size": plan.val_batch,
+                          "epochs": plan.epochs, "accumulate": plan.accumulate})
+    if differ:
+        raise ValueError(f"the workers called fit with different settings ({differ}); every "
+                         "worker must make the same fit call")
+    if differences({"resumed epoch": start}):
+        raise RuntimeError("workers found different checkpoints in checkpoint_dir: it must "
+                           "be one directory that every worker sees (a shared filesystem)")
 
 
 def _restore(plan: _Plan, resume: bool) -> Optional[checkpoint.Checkpoint]:
@@ -192,7 +238,7 @@ def _callback_list(plan: _Plan, progress) -> CallbackList:
     the bar or log line first, then the user's, the stop agreement (a job's workers agree on
     the user's stop requests), History, the heartbeat, the checkpoint last (so it records what
     every other callback did this epoch)."""
-    mine = plan.callbacks
+    mine = [cb for cb in plan.callbacks if not isinstance(cb, Checkpointer)]
     has = lambda kind: any(isinstance(cb, kind) for cb in mine)
     before, after = [], [StopAgreement()]
     if not has(ProgressBar) and not has(EpochLogger):
@@ -202,8 +248,9 @@ def _callback_list(plan: _Plan, progress) -> CallbackList:
         after.append(History())
     if not has(Heartbeat):
         after.append(Heartbeat())
-    if plan.checkpoint_dir is not None and not has(Checkpointer):
-        after.append(Checkpointer(plan.checkpoint_dir))
+    if plan.checkpoint_dir is not None:  # the user's (see _checkpoint_dir), or fit's own
+        after.append(next((cb for cb in plan.callbacks if isinstance(cb, Checkpointer)),
+                          None) or Checkpointer(plan.checkpoint_dir))
     return CallbackList(before + mine + after)
 
 
@@ -213,26 +260,14 @@ def _train_epoch(run: Run, epoch: int) -> dict:
     run.sampler.set_epoch(epoch)
     # Re-seed per epoch (rank apart) so dropout and friends replay alike after a resume.
     mx.random.seed((run.seed * 1000003 + epoch * 9973 + run.rank) % (2 ** 31))
-    tally, samples = Tally(run.objective), 0
+    tally = Tally(run.objective)
     # A worker of a job checks each batch before its push, so no other worker ever receives
     # the NaN; one process reads the losses of several batches at once, without stalling.
     watch = _NanWatch(run, every=1 if run.step.distributed else 8) \
         if run.terminate_on_nan else None
     hooks, clock = run.callbacks.batch_hooks, timing.EpochClock(run.steps)
-    batches = clock.waiting(run.train.epoch(run.sampler, run.ctxs))
-    for batch, (n, global_count, data, targets) in enumerate(batches):
-        timed = clock.sample(batch)
-        outputs, losses = parallel.forward_backward(run.net, run.objective, data, targets,
-                                                    run.ctxs, run.step.loss_scale(n))
-        batch_sums = tally.add(outputs, targets, losses) if n else []
-        if watch is not None:
-            watch.add(batch, batch_sums)
-        if timed is not None:
-            timed.lap("compute")
-        run.step(global_count, timed)
-        samples += global_count
-        if hooks:
-            run.callbacks.on_batch_end(run, batch, _BatchLogs(batch, n, batch_sums))
+    with closing(run.train.epoch(run.sampler, run.ctxs)) as source:  # an error stops its thread
+        samples = _train_batches(run, clock.waiting(source), tally, watch, clock, hooks)
     if watch is not None:
         watch.check()
     run.step.flush()  # a last, partial accumulation
@@ -246,12 +281,31 @@ def _train_epoch(run: Run, epoch: int) -> dict:
     return logs
 
 
+def _train_batches(run: Run, batches, tally, watch, clock, hooks) -> int:
+    """Train on each batch of the epoch; returns the number of samples (of all workers)."""
+    samples = 0
+    for batch, (n, global_count, data, targets) in enumerate(batches):
+        timed = clock.sample(batch)
+        outputs, losses = parallel.forward_backward(run.net, run.objective, data, targets,
+                                                    run.ctxs, run.step.loss_scale(n))
+        batch_sums = tally.add(outputs, targets, losses) if n else []
+        if watch is not None:
+            watch.add(batch, batch_sums)
+        if timed is not None:
+            timed.lap("compute")
+        run.step(global_count, timed)
+        samples += global_count
+        if hooks:
+            run.callbacks.on_batch_end(run, batch, _BatchLogs(batch, n, batch_sums))
+    return samples
+
+
 def _evaluate(run: Run) -> dict:
     """Loss and metrics over all of the validation data; in dist_sync each worker its share."""
     if run.step.agree:
-        return run_pass(run.net, run.objective, run.val, run.ctxs, run.batch_size, run.rank,
+        return run_pass(run.net, run.objective, run.val, run.ctxs, run.val_batch, run.rank,
                         run.num_workers, kvs.allreduce)
-    return run_pass(run.net, run.objective, run.val, run.ctxs, run.batch_size)
+    return run_pass(run.net, run.objective, run.val, run.ctxs, run.val_batch)
 
 
 def _check_parameters(run: Run) -> None:
@@ -326,7 +380,8 @@ def _check_optimizer(optimizer, optimizer_params):
     if optimizer_params is not None and not isinstance(optimizer_params, dict):
         raise ValueError(f"optimizer_params must be a dict such as {{'learning_rate': 0.1}}, "
                          f"not {optimizer_params!r}")
-    params = dict(optimizer_params or {})
+    # fit's own copy: a stateful lr_scheduler (or optimizer) passed again starts alike
+    params = copy.deepcopy(dict(optimizer_params or {}))
     clip = params.pop(CLIP_KEY, None)
     if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float))
                              or not clip > 0):
@@ -335,7 +390,8 @@ def _check_optimizer(optimizer, optimizer_params):
         if params:
             raise ValueError(f"optimizer_params {sorted(params)} given with an optimizer "
                              "instance: set them on the instance, or pass the optimizer's name")
-        return params, clip
+        # its parameters (from an earlier Trainer) are not copied: a new Trainer sets them
+        return copy.deepcopy(optimizer, {id(optimizer.param_dict): {}}), params, clip
     if not isinstance(optimizer, str):
         raise ValueError(
             f"optimizer must be a name or an mx.optimizer.Optimizer, not {optimizer!r}")
@@ -347,7 +403,7 @@ def _check_optimizer(optimizer, optimizer_params):
         _dry_run(mx.optimizer.create(optimizer, **copy.deepcopy(params)))
     except (TypeError, ValueError, AttributeError, mx.base.MXNetError) as exc:
         raise ValueError(f"optimizer_params for {optimizer!r}: {last_line(exc)}") from exc
-    return params, clip
+    return optimizer, params, clip
 
 
 def _dry_run(opt) -> None:
@@ -366,7 +422,30 @@ def _check_callbacks(callbacks) -> list:
     return callbacks
 
 
+def _checkpoint_dir(checkpoint_dir, callbacks):
+    """The directory fit checkpoints to and resumes from: ``checkpoint_dir``, or that of the
+    one Checkpointer passed (both given: they must be the same directory)."""
+    mine = [cb for cb in callbacks if isinstance(cb, Checkpointer)]
+    if len(mine) > 1:
+        raise ValueError(f"callbacks holds {len(mine)} Checkpointers; pass one (fit resumes "
+                         "from its directory)")
+    if mine:
+        given = mine[0].directory
+        if checkpoint_dir is not None and \
+                os.path.realpath(checkpoint_dir) != os.path.realpath(given):
+            raise ValueError(f"checkpoint_dir {checkpoint_dir} and the Checkpointer's directory "
+                             f"{given} differ; give one of them (fit resumes from the "
+                             "Checkpointer's directory)")
+        checkpoint_dir = given
+    if checkpoint_dir is not None:
+        _check_directory(checkpoint_dir)
+    return checkpoint_dir
+
+
 def _check_directory(directory) -> None:
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise ValueError(f"checkpoint_dir {directory} is a file, not a directory; give the path "
+                         "of a directory (it is created if missing)")
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:

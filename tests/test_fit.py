@@ -204,7 +204,7 @@ def test_early_stopping_respects_its_mode(small, monitor, mode, values, stops_af
 
 def test_early_stopping_refuses_to_guess():
     with pytest.raises(ValueError, match="mode='min' or mode='max'"):
-        EarlyStopping("val_top_k", mode="auto")
+        EarlyStopping("val_top_k", mode="auto").check(["loss", "val_top_k"])
     with pytest.raises(ValueError, match="'min', 'max' or 'auto'"):
         EarlyStopping("val_loss", mode="up")
 
