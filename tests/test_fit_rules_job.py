@@ -1,0 +1,32 @@
+"""fit's rules in a real 2-worker job: shards of different lengths fail at once on every
+worker, naming each rank's count; fits in a row on one checkpoint_dir never race rank 0's
+write."""
+import time
+
+import pytest
+
+from conftest import SCRIPTS
+
+pytestmark = pytest.mark.slow
+SCRIPT = str(SCRIPTS / "fit_rules_job.py")
+
+
+def test_shards_of_different_lengths_fail_quickly_on_every_worker(launch, tmp_path):
+    started = time.monotonic()
+    job = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, "shard")
+    assert job.wait(timeout=120) == 1, job.err
+    assert time.monotonic() - started < 60  # not a hang, not the stall timeout
+    line = ("the workers hold different data (train_data samples: worker 0 129, worker 1 128); "
+            "pass the whole dataset on every worker")
+    for rank in (0, 1):
+        assert (tmp_path / f"{rank}.error").read_text().startswith(line), rank
+    assert f"ValueError: {line}" in job.err
+    assert job.leftovers() == []
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_fits_in_a_row_on_one_checkpoint_dir_agree_on_the_checkpoint(launch, tmp_path, round_):
+    job = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, "refit")
+    assert job.wait(timeout=300) == 0, job.err
+    assert [(tmp_path / f"{r}.done").read_text() for r in (0, 1)] == ["5", "5"]
+    assert job.leftovers() == []
