@@ -24,8 +24,12 @@ def differences(fields: Dict[str, float]) -> str:
     names = list(fields)
     rows = kvs.allgather([float(fields[n]) for n in names])
     return "; ".join(
-        f"{name}: " + ", ".join(f"worker {r} {row[j]:g}" for r, row in enumerate(rows))
+        f"{name}: " + ", ".join(f"worker {r} {_number(row[j])}" for r, row in enumerate(rows))
         for j, name in enumerate(names) if len(set(rows[:, j])) > 1)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value == int(value) else f"{value:g}"
 
 
 def run_pass(net, objective: Objective, src, ctxs, batch_size: int, rank: int = 0,

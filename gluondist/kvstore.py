@@ -115,6 +115,12 @@ def create(kind: str = "auto", num_contexts: int = 1):
     return _dist_kvstore
 
 
+def barrier() -> None:
+    """Wait until every worker of the job is here (a no-op outside a distributed job)."""
+    if _dist_kvstore is not None:
+        _dist_kvstore._barrier()
+
+
 def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
                  num_contexts: int = 1, batch_size: Optional[int] = None,
                  chunk_bytes: Optional[int] = None):
@@ -198,12 +204,6 @@ def allreduce(values: Sequence[float], key: int = 1 << 30) -> np.ndarray:
 
 
 _allreduce_keys: set = set()
-
-
-def barrier() -> None:
-    """Wait until every worker of the job is here (a no-op outside a distributed job)."""
-    if _dist_kvstore is not None:
-        _dist_kvstore._barrier()
 
 
 def allgather(values: Sequence[float]) -> np.ndarray:
