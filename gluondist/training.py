@@ -59,9 +59,14 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
     ``accumulate=k``: one update every k batches with the sum of their gradients (as a batch
     k times larger). Several inputs or outputs: ``((X1, X2), (y1, y2))``, ``loss=[l1, l2]``,
     ``loss_weights``, ``metrics={output: names}``. ``(X, y, sample_weight)`` and
-    ``class_weight={label: weight}`` weight each sample's loss.
+    ``class_weight={label: weight}`` weight each sample's loss. Inputs, labels and weights are
+    cast to float32 (the net must be float32); ``optimizer_params`` and an optimizer instance
+    are copied, never changed.
 
-    Raises ValueError before training for inconsistent or unusable input."""
+    Raises ValueError before training for inconsistent or unusable input (in a ``dist_sync``
+    job also when the workers' sample counts or settings differ). When training raises
+    (Ctrl-C included), each callback's ``on_exception`` runs instead of ``on_train_end``, fit's
+    data thread is stopped and the error re-raised; checkpoints written stay as they are."""
     plan = _prepare(net, train_data, loss, optimizer, optimizer_params, epochs, batch_size, ctx,
                     kvstore, val_data, metrics, callbacks, checkpoint_dir, seed, accumulate,
                     loss_weights, class_weight)
