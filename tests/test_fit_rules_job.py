@@ -12,6 +12,7 @@ SCRIPT = str(SCRIPTS / "fit_rules_job.py")
 
 
 def test_shards_of_different_lengths_fail_quickly_on_every_worker(launch, tmp_path):
+    """Also evaluate's shards, and fit calls that differ in epochs."""
     started = time.monotonic()
     job = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, "shard")
     assert job.wait(timeout=120) == 1, job.err
@@ -21,6 +22,13 @@ def test_shards_of_different_lengths_fail_quickly_on_every_worker(launch, tmp_pa
     for rank in (0, 1):
         assert (tmp_path / f"{rank}.error").read_text().startswith(line), rank
     assert f"ValueError: {line}" in job.err
+    for rank in (0, 1):
+        assert (tmp_path / f"{rank}.evaluate").read_text().startswith(
+            "the workers called evaluate with different data (data samples: worker 0 129, "
+            "worker 1 128)")
+        assert (tmp_path / f"{rank}.epochs").read_text() == (
+            "the workers called fit with different settings (epochs: worker 0 2, worker 1 3); "
+            "every worker must make the same fit call")
     assert job.leftovers() == []
 
 

@@ -1,9 +1,10 @@
 """fit's rules in a job: `fit_rules_job.py OUT_DIR MODE`.
 
 MODE `shard`: each worker passes its own shard, X[rank::2] of 257 samples (129 against 128),
-as the classic recipe does. fit must refuse on every worker before training: each worker
-writes the error's message to <rank>.error, the workers meet at a barrier (so both files exist
-before either exits) and re-raise it.
+as the classic recipe does. evaluate, then fit with epochs differing by rank, then fit on the
+shards must each be refused on every worker before any batch: each worker writes the message
+to <rank>.evaluate, <rank>.epochs and <rank>.error, meeting the others at a barrier after each
+(so every file exists before any worker exits), and re-raises the last.
 
 MODE `refit`: several fits in a row on one checkpoint_dir, each resuming the previous one and
 training one epoch more (a net of about a million parameters, so rank 0's write takes a
@@ -25,6 +26,21 @@ def net(hidden):
     return model
 
 
+def refused(out, name, call, reraise=False):
+    """Run ``call``, which must raise ValueError; write its message to <rank>.<name> and meet
+    the other workers (so that every worker's file exists before any exits)."""
+    try:
+        call()
+    except ValueError as exc:
+        with open(os.path.join(out, f"{kvstore.rank()}.{name}"), "w") as f:
+            f.write(str(exc))
+        kvstore.barrier()
+        if reraise:
+            raise
+        return
+    raise AssertionError(f"{name}: not refused")
+
+
 def main():
     out, mode = sys.argv[1], sys.argv[2]
     rs = np.random.RandomState(0)
@@ -32,14 +48,14 @@ def main():
     y = (X[:, 0] * 3).astype(np.int64).astype(np.float32)
     rank, workers = kvstore.rank(), kvstore.num_workers()
     if mode == "shard":
-        try:
-            gluondist.fit(net(16), (X[rank::workers], y[rank::workers]), epochs=2,
-                          batch_size=16, seed=1)
-        except ValueError as exc:
-            with open(os.path.join(out, f"{rank}.error"), "w") as f:
-                f.write(str(exc))
-            kvstore.barrier()
-            raise
+        shard = (X[rank::workers], y[rank::workers])
+        model = net(16)
+        model.initialize()
+        model(mx.nd.ones((1, 8)))
+        refused(out, "evaluate", lambda: gluondist.evaluate(model, shard))
+        refused(out, "epochs", lambda: gluondist.fit(net(16), (X, y), epochs=2 + rank, seed=1))
+        refused(out, "error", lambda: gluondist.fit(net(16), shard, epochs=2, batch_size=16,
+                                                    seed=1), reraise=True)
         return
     ckpt = os.path.join(out, "ckpt")
     model = net(4096)
