@@ -2,7 +2,6 @@
 launched parameter-server job, with the same call."""
 from __future__ import annotations
 
-import copy
 import hashlib
 import math
 import os
@@ -17,15 +16,12 @@ import numpy as np
 
 from . import checkpoint, kvstore as kvs, parallel, timing
 from ._mx import mx
+from .arguments import check_callbacks, check_optimizer, checkpoint_dir_of, seed_all
 from .callbacks import (Callback, CallbackList, Checkpointer, EpochLogger, Heartbeat,
                         History, ProgressBar, StopAgreement)
 from .data import check_count, source
 from .evaluation import SHARD_HINT, differences, run_pass
-from .metrics import last_line
 from .objective import Tally, check_batch, check_float32
-
-CLIP_KEY = "clip_global_norm"  # our key in optimizer_params: clip gradients by global norm
-
 
 class Run:
     """The state of one fit call, as callbacks see it (see :class:`gluondist.Callback`)."""
@@ -119,11 +115,11 @@ def _prepare(net, train_data, loss, optimizer, optimizer_params, epochs, batch_s
                                                  class_weight)
     check_count(epochs, "epochs", 0)
     check_count(accumulate, "accumulate", 1)
-    optimizer, opt_params, clip = _check_optimizer(optimizer, optimizer_params)
-    callbacks = _check_callbacks(callbacks)
-    checkpoint_dir = _checkpoint_dir(checkpoint_dir, callbacks)
+    optimizer, opt_params, clip = check_optimizer(optimizer, optimizer_params)
+    callbacks = check_callbacks(callbacks)
+    checkpoint_dir = checkpoint_dir_of(checkpoint_dir, callbacks)
     if seed is not None:
-        _seed(seed)
+        seed_all(seed)
     check_float32(net)
     parallel.initialize(net, ctxs)
     objective = check_batch(net, None, train, "train_data", ctxs[0], batch_size, loss,
@@ -154,16 +150,6 @@ def _sources(train_data, val_data, batch_size, workers: int, class_weight):
         raise ValueError(f"batch_size {batch_size} x {workers} worker(s) exceeds the "
                          f"{len(train)} training samples; lower batch_size")
     return train, val, batch_size, val_batch or batch_size
-
-
-def _seed(seed) -> None:
-    """MXNet's, numpy's and Python's global RNGs (a Dataset transform may draw from any)."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or \
-            not 0 <= seed < 2 ** 31:
-        raise ValueError(f"seed must be an integer 0..2**31-1 or None, not {seed!r}")
-    mx.random.seed(int(seed))
-    np.random.seed(int(seed))
-    random.seed(int(seed))
 
 
 def _start(plan: _Plan, resume: bool, progress, terminate_on_nan: bool) -> Run:
@@ -379,84 +365,6 @@ class _BatchLogs(Mapping):
 
     def __len__(self):
         return 3
-
-
-def _check_optimizer(optimizer, optimizer_params):
-    if optimizer_params is not None and not isinstance(optimizer_params, dict):
-        raise ValueError(f"optimizer_params must be a dict such as {{'learning_rate': 0.1}}, "
-                         f"not {optimizer_params!r}")
-    # fit's own copy: a stateful lr_scheduler (or optimizer) passed again starts alike
-    params = copy.deepcopy(dict(optimizer_params or {}))
-    clip = params.pop(CLIP_KEY, None)
-    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float))
-                             or not clip > 0):
-        raise ValueError(f"optimizer_params[{CLIP_KEY!r}] must be a positive number, not {clip!r}")
-    if isinstance(optimizer, mx.optimizer.Optimizer):
-        if params:
-            raise ValueError(f"optimizer_params {sorted(params)} given with an optimizer "
-                             "instance: set them on the instance, or pass the optimizer's name")
-        # its parameters (from an earlier Trainer) are not copied: a new Trainer sets them
-        return copy.deepcopy(optimizer, {id(optimizer.param_dict): {}}), params, clip
-    if not isinstance(optimizer, str):
-        raise ValueError(
-            f"optimizer must be a name or an mx.optimizer.Optimizer, not {optimizer!r}")
-    known = mx.optimizer.Optimizer.opt_registry
-    if optimizer.lower() not in known:
-        raise ValueError(f"unknown optimizer {optimizer!r}; use one of "
-                         f"{', '.join(sorted(known))}, or an mx.optimizer.Optimizer")
-    try:  # bad keywords and values fail now, with the optimizer's own message
-        _dry_run(mx.optimizer.create(optimizer, **copy.deepcopy(params)))
-    except (TypeError, ValueError, AttributeError, mx.base.MXNetError) as exc:
-        raise ValueError(f"optimizer_params for {optimizer!r}: {last_line(exc)}") from exc
-    return optimizer, params, clip
-
-
-def _dry_run(opt) -> None:
-    """One update of a throwaway weight: the optimizer's code meets its settings."""
-    weight, grad = mx.nd.ones((2,)), mx.nd.ones((2,))
-    opt.update_multi_precision(0, weight, grad, opt.create_state_multi_precision(0, weight))
-    weight.wait_to_read()
-
-
-def _check_callbacks(callbacks) -> list:
-    callbacks = list(callbacks or [])
-    for i, cb in enumerate(callbacks):
-        if not isinstance(cb, Callback):
-            raise ValueError(f"callbacks[{i}] is a {type(cb).__name__}, not a "
-                             "gluondist.Callback; subclass gluondist.Callback")
-    return callbacks
-
-
-def _checkpoint_dir(checkpoint_dir, callbacks):
-    """The directory fit checkpoints to and resumes from: ``checkpoint_dir``, or that of the
-    one Checkpointer passed (both given: they must be the same directory)."""
-    mine = [cb for cb in callbacks if isinstance(cb, Checkpointer)]
-    if len(mine) > 1:
-        raise ValueError(f"callbacks holds {len(mine)} Checkpointers; pass one (fit resumes "
-                         "from its directory)")
-    if mine:
-        given = mine[0].directory
-        if checkpoint_dir is not None and \
-                os.path.realpath(checkpoint_dir) != os.path.realpath(given):
-            raise ValueError(f"checkpoint_dir {checkpoint_dir} and the Checkpointer's directory "
-                             f"{given} differ; give one of them (fit resumes from the "
-                             "Checkpointer's directory)")
-        checkpoint_dir = given
-    if checkpoint_dir is not None:
-        _check_directory(checkpoint_dir)
-    return checkpoint_dir
-
-
-def _check_directory(directory) -> None:
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise ValueError(f"checkpoint_dir {directory} is a file, not a directory; give the path "
-                         "of a directory (it is created if missing)")
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"checkpoint_dir {directory}: {exc.strerror}") from exc
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise ValueError(f"checkpoint_dir {directory} is not writable")
 
 
 def _job_seed() -> int:

@@ -13,7 +13,7 @@ import pytest
 
 import gluondist
 from gluondist import Callback, Checkpointer, CSVLogger, EarlyStopping, SaveBest, TensorBoard
-from conftest import OPT, fit_mlp, mlp, param_sum, wait_until
+from conftest import fit_mlp, mlp, param_sum, wait_until
 
 gdata = mx.gluon.data
 
