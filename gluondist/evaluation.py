@@ -10,7 +10,7 @@ from . import kvstore as kvs, parallel
 from .data import check_count, source
 from .metrics import last_line
 from .objective import (Objective, Tally, check_batch, check_float32, forward, named_inputs,
-                        outputs_of)
+                        outputs_of, shapes_of)
 
 SHARD_HINT = ("pass the whole dataset on every worker: fit and evaluate give each worker its "
               "share of every batch (data sharded by hand, such as X[rank::N], gives the "
@@ -112,7 +112,7 @@ def _predicted(net, data) -> tuple:
             o.wait_to_read()
         return out
     except Exception as exc:  # the user's forward: the cause stays chained
-        shapes = [x.shape for x in data] if isinstance(data, tuple) else data.shape
+        shapes = shapes_of(data)
         hint = (" (a tuple is read as several inputs: give predict X alone, not (X, y))"
                 if isinstance(data, tuple) else "")
         raise ValueError(f"net cannot take the inputs given to predict (shape {shapes}){hint}: "

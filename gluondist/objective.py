@@ -150,6 +150,14 @@ def named_inputs(net) -> int:
     return sum(1 for p in params if p.kind in kinds and p.name not in own)
 
 
+def shapes_of(data) -> str:
+    """The shapes of one part's inputs for a message, cut short for many (a list of rows)."""
+    if not isinstance(data, tuple):
+        return str(data.shape)
+    shapes = [x.shape for x in data]
+    return f"{shapes[:3]} ... ({len(data)} inputs)" if len(data) > 3 else str(shapes)
+
+
 def outputs_of(out) -> tuple:
     """A net's outputs as a tuple: one NDArray, or a tuple or list of them (even of one)."""
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
@@ -168,9 +176,7 @@ def check_batch(net, objective: Optional[Objective], src, name: str, ctx, batch_
     # two samples at least: a loss that averages the batch shows only on more than one
     data_parts, target_parts = src.load(np.arange(min(len(src), max(batch_size, 2))), [ctx])
     data, (labels, weight) = data_parts[0], target_parts[0]
-    shapes = [x.shape for x in data] if isinstance(data, tuple) else data.shape
-    if isinstance(data, tuple) and len(data) > 3:  # a list of rows read as many inputs
-        shapes = f"{shapes[:3]} ... ({len(data)} inputs)"
+    shapes = shapes_of(data)
     try:
         out = forward(net, data)
         for o in (out if isinstance(out, (tuple, list)) else [out]):

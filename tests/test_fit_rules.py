@@ -320,6 +320,10 @@ def test_a_list_of_rows_as_X_says_what_to_do(small):
     message = str(info.value)
     assert "X is a list of 50 arrays, which fit reads as 50 inputs" in message
     assert "np.stack(X)" in message and len(message) < 300
+    net, _ = fit_mlp(small[0], epochs=1)
+    with pytest.raises(ValueError) as info:  # 64 rows of 64: as long as each other
+        gluondist.predict(net, list(X[:64]))
+    assert "(64 inputs)" in str(info.value) and len(str(info.value)) < 400
 
 
 def test_dict_samples_are_refused_with_a_hint(small):
