@@ -260,7 +260,9 @@ def check_writable_file(path: str, owner: str) -> None:
 class Checkpointer(Callback):
     """After every epoch, worker 0 writes a checkpoint to ``directory`` (see
     :mod:`gluondist.checkpoint`): parameters, optimizer state, history, RNG and callback
-    states. fit adds one for ``checkpoint_dir`` and resumes from it."""
+    states; in a job the other workers wait for it to be complete (in ``dist_async`` once,
+    when fit ends). fit adds one for ``checkpoint_dir`` and resumes from it, or from the
+    directory of the one you pass."""
 
     def __init__(self, directory):
         self.directory = directory
@@ -276,6 +278,13 @@ class Checkpointer(Callback):
                                           "callbacks": run.callbacks.state_dict()},
                             run.callbacks.state_arrays())
         if run.step.agree:  # no worker reads the directory (a next fit) before it is complete
+            kvstore.barrier()
+
+    def on_train_end(self, run):
+        # dist_async workers may stop at different epochs (each decides alone): they meet once,
+        # when fit ends, so that a next fit finds rank 0's last checkpoint on every worker
+        if run.step.async_mode:
+            from . import kvstore
             kvstore.barrier()
 
 
