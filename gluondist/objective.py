@@ -199,6 +199,9 @@ def check_batch(net, objective: Optional[Objective], src, name: str, ctx, batch_
     if weight is not None and not (weight >= 0).min().asscalar():
         raise ValueError(f"{name} has negative sample weights (in its first batch); weights "
                          "must be non-negative")
+    if weight is not None and not weight.sum().asscalar() > 0:
+        raise ValueError(f"{name}: every sample of its first batch weighs 0, so its loss is "
+                         "0/0; give weights that are not all 0")
     try:
         result = objective(out, (labels, weight))
         (result[0] if isinstance(result, tuple) else result).wait_to_read()

@@ -279,6 +279,8 @@ def test_negative_or_all_zero_sample_weights_are_refused():
             list(zip(X, y, -np.ones(len(X), dtype=np.float32)))))
     with pytest.raises(ValueError, match="every sample weighs 0"):
         gluondist.fit(_net3(), (X, y, np.zeros(len(X))))
+    with pytest.raises(ValueError, match="every sample of its first batch weighs 0"):
+        gluondist.fit(_net3(), mx.gluon.data.ArrayDataset(X, y, np.zeros(len(X), "f")))
 
 
 def test_a_net_returning_a_one_tuple_trains():
