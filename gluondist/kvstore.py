@@ -183,24 +183,58 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     return trainer
 
 
-def allreduce(values: Sequence[float], key: int = 1 << 30) -> np.ndarray:
-    """Sum a short vector of numbers over all workers (identity outside a distributed job).
+# Keys of allreduce. MXNet 1.9.1 (src/kvstore/kvstore_dist.h, EncodeDefaultKey) sends an array
+# of fewer than MXNET_KVSTORE_BIGARRAY_BOUND elements whole to server `(key * 9973) %
+# num_servers`, computed in a C int; bigger arrays are sliced over every server without that
+# product. Since 9973 * 2**30 wraps to 2**30 modulo 2**32, key 2**30 + m gives the server
+# (2**30 + 9973 * m) % servers, non-negative while 9973 * m < 2**30, i.e. m <= 107,664; past
+# that the int turns negative and so does the index (a crash, "ps_key < krs[server].end()").
+# So a vector of n <= REDUCE_CHUNK values gets key REDUCE_BASE + n (a key's shape is fixed at
+# init: one key per length), and a longer one is cut into chunks of REDUCE_CHUNK values
+# (the last zero-padded) on keys REDUCE_BASE + REDUCE_CHUNK + 1 + j.
+REDUCE_BASE = 1 << 30
+REDUCE_CHUNK = 1 << 15
+REDUCE_SAFE = (1 << 30) // 9973  # the largest safe m
+MAX_REDUCE = (REDUCE_SAFE - REDUCE_CHUNK) * REDUCE_CHUNK  # the longest vector allreduce takes
 
-    Used for metrics and flags that every worker must agree on. All workers must call it the
-    same number of times, with the same length."""
-    values = np.asarray(values, dtype=np.float64)
+
+def allreduce(values: Sequence[float]) -> np.ndarray:
+    """Sum a vector of numbers over all workers (identity outside a distributed job).
+
+    Used for metrics, flags and BatchNorm statistics that every worker must agree on, of any
+    length up to MAX_REDUCE (about 2.4e9). All workers must call it the same number of times,
+    with the same lengths."""
+    values = np.asarray(values, dtype=np.float64).ravel()
     if _dist_kvstore is None:
         return values
-    # One key per length (a key's shape is fixed at init). 2**30 + n is safe from MAX_KEY's
-    # overflow: 2**30 * 9973 wraps to 2**30, so the server index stays non-negative.
-    key = key + len(values)
-    arr = mx.nd.array(values, dtype="float64")
-    if key not in _allreduce_keys:
-        _dist_kvstore.init(key, mx.nd.zeros_like(arr))
-        _allreduce_keys.add(key)
-    out = mx.nd.zeros_like(arr)
-    _dist_kvstore.pushpull(key, arr, out=out)
-    return out.asnumpy()
+    n = len(values)
+    keys = reduce_keys(n)
+    if n <= REDUCE_CHUNK:
+        return _pushpull(keys, [values])[0]
+    chunks = np.zeros(len(keys) * REDUCE_CHUNK)
+    chunks[:n] = values
+    return np.concatenate(_pushpull(keys, list(chunks.reshape(len(keys), -1))))[:n]
+
+
+def reduce_keys(n: int) -> List[int]:
+    """The kvstore keys allreduce sums ``n`` values on (see REDUCE_BASE)."""
+    if n <= REDUCE_CHUNK:
+        return [REDUCE_BASE + n]
+    if n > MAX_REDUCE:
+        raise ValueError(f"allreduce of {n} values: at most {MAX_REDUCE} fit MXNet's keys")
+    return [REDUCE_BASE + REDUCE_CHUNK + 1 + j for j in range(-(-n // REDUCE_CHUNK))]
+
+
+def _pushpull(keys: List[int], parts: List[np.ndarray]) -> List[np.ndarray]:
+    """Sum each part on its key over the workers; every key first used is initialised."""
+    arrays = [mx.nd.array(p, dtype="float64") for p in parts]
+    new = [(k, a) for k, a in zip(keys, arrays) if k not in _allreduce_keys]
+    if new:
+        _dist_kvstore.init([k for k, _ in new], [mx.nd.zeros_like(a) for _, a in new])
+        _allreduce_keys.update(k for k, _ in new)
+    outs = [mx.nd.zeros_like(a) for a in arrays]
+    _dist_kvstore.pushpull(keys, arrays, out=outs)
+    return [o.asnumpy() for o in outs]
 
 
 _allreduce_keys: set = set()

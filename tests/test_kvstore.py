@@ -1,3 +1,7 @@
+import json
+import math
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -97,3 +101,42 @@ def test_parameter_server_recipe_trains_in_one_process(digits):
                                             batch_size=32,
                                             optimizer_params={"learning_rate": 0.5})
     assert len(losses) == 3 and losses[-1] < losses[0] * 0.5
+
+
+def _server_index(key, servers):
+    """What MXNet 1.9.1 computes for a small array's server: (key * 9973) % servers in a C int
+    (C's % keeps the dividend's sign)."""
+    product = (key * 9973) & 0xFFFFFFFF
+    product -= (1 << 32) if product >= 1 << 31 else 0
+    return int(math.fmod(product, servers))
+
+
+def test_allreduce_keys_stay_on_a_server_for_any_length():
+    # 2**30 + 107,665, the key the old scheme gave 107,665 values, is where the index turns
+    # negative: the model of MXNet's arithmetic must see that.
+    assert _server_index((1 << 30) + 107_665, 3) < 0
+    for n in (1, 2, kvstore.REDUCE_CHUNK, kvstore.REDUCE_CHUNK + 1, 107_665, 120_002,
+              10 ** 7, kvstore.MAX_REDUCE):
+        keys = kvstore.reduce_keys(n)
+        assert len(keys) * kvstore.REDUCE_CHUNK >= n and len(set(keys)) == len(keys)
+        assert keys == [(1 << 30) + n] or n > kvstore.REDUCE_CHUNK
+        for key in keys[:3] + keys[-3:]:
+            assert key < 2 ** 31 and all(_server_index(key, s) >= 0 for s in range(1, 65))
+    with pytest.raises(ValueError, match="at most"):
+        kvstore.reduce_keys(kvstore.MAX_REDUCE + 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("servers,fit", [(3, False), (4, True)])
+def test_allreduce_of_long_vectors_with_several_servers(launch, tmp_path, servers, fit):
+    # 120,002 values is what fit averages for a Dense(60001) + BatchNorm net: with keys
+    # 2**30 + n it crashed MXNet ("ps_key < krs[server].end()") with 3 or 4 servers.
+    script = Path(__file__).parent / "scripts" / "big_allreduce.py"
+    job = launch("-n", 2, "-s", servers, "--start-timeout", 60, script, tmp_path,
+                 *(["fit"] if fit else []))
+    assert job.wait(180) == 0, job.err
+    results = [json.loads((tmp_path / f"result.{r}.json").read_text()) for r in range(2)]
+    for result in results:
+        assert all(result["allreduce"].values()), result
+    if fit:
+        assert results[0]["fit"] == results[1]["fit"]  # the statistics were averaged alike
