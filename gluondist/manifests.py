@@ -70,7 +70,7 @@ def kubernetes(name: str, image: str, command: Sequence[str], num_workers: int,
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
     labels = {"app.kubernetes.io/name": "gluondist", "gluondist.io/job": name}
-    common = job_env(scheduler_host(name, layout), port, num_workers, num_servers, verbose=False)
+    common = job_env(scheduler_host(name, layout), port, num_workers, num_servers)
     # ps-lite binds the scheduler to 0.0.0.0 instead of its DNS name under this flag
     common[ev.DMLC_USE_KUBERNETES] = "1"
     env_list = _env({**common, **(env or {})}) + [_field(ev.DMLC_NODE_HOST, "status.podIP")]

@@ -2,6 +2,7 @@
 import os
 import signal
 import sys
+import time
 
 import pytest
 
@@ -33,6 +34,21 @@ def test_a_job_that_succeeds(launch, tmp_path):
     assert "worker 1 on 127.0.0.1 pulled" in (tmp_path / "logs" / "worker.1.log").read_text()
     assert {p.name for p in tmp_path.glob("*.done")} == {"0.done", "1.done"}
     assert "ps-lite" not in job.out  # its routine chatter stays in the log files
+    assert job.leftovers() == []
+
+
+@pytest.mark.parametrize("where", ["environment", "--env"])
+def test_ps_verbose_0_does_not_hide_that_the_job_formed(launch, tmp_path, where):
+    # The workers run past --start-timeout: a launcher that learns of joins only from the
+    # messages PS_VERBOSE=0 silences would stop a healthy job there ("did not form").
+    env = {"PS_VERBOSE": "0"} if where == "environment" else {}
+    flag = ("--env", "PS_VERBOSE=0") if where == "--env" else ()
+    job = launch("-n", 2, "-s", 1, "--start-timeout", 8, "--log-dir", "logs", *flag,
+                 JOB, "linger", "all", time.time() + 9, env=env)
+    assert job.wait() == 0, job.err
+    assert {p.name for p in tmp_path.glob("*.done")} == {"0.done", "1.done"}
+    assert "ps-lite" not in job.out  # the user's 0 keeps the console quiet ...
+    assert "Bind to role=worker" in (tmp_path / "logs" / "worker.1.log").read_text()  # ... logs
     assert job.leftovers() == []
 
 

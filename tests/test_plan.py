@@ -2,6 +2,7 @@ import sys
 
 import pytest
 
+from gluondist.launcher.hosts import Host
 from gluondist.launcher.options import LaunchError, LaunchOptions
 from gluondist.launcher.plan import ProcessSpec, build_plan
 from conftest import SCRIPTS, run_cli
@@ -45,14 +46,34 @@ def test_what_the_user_set_wins():
     plan = build_plan(options, 9000, (), cores=2,
                       base_env={"OMP_NUM_THREADS": "7", "PS_VERBOSE": "2"})
     for spec in plan.specs:
-        assert "OMP_NUM_THREADS" not in spec.env and "PS_VERBOSE" not in spec.env
+        assert "OMP_NUM_THREADS" not in spec.env and spec.env["PS_VERBOSE"] == "2"
         assert "PORT" not in spec.env
     assert plan.of_role("worker")[0].env["GLUONDIST_KVSTORE"] == "dist_async"
     assert plan.notes == ()
-    threads = build_plan(LaunchOptions((JOB,), 3, 1, threads=5, python=PY), 1, (), 2, {})
-    assert {s.env["OMP_NUM_THREADS"] for s in threads.of_role("worker")} == {"5"}
     few_cores = build_plan(LaunchOptions((JOB,), 4, 1, python=PY), 1, (), 2, {})
     assert {s.env["OMP_NUM_THREADS"] for s in few_cores.of_role("worker")} == {"1"}
+
+
+@pytest.mark.parametrize("base_env,env", [({"PS_VERBOSE": "0"}, {}), ({}, {"PS_VERBOSE": "0"}),
+                                          ({"PS_VERBOSE": "2"}, {"PS_VERBOSE": "no"})])
+def test_pslite_always_says_who_joined_whatever_the_user_set(base_env, env):
+    # The monitor learns of joins from ps-lite's level-1 messages: PS_VERBOSE=0, from the
+    # environment or from --env, must not silence them (it only keeps the console quiet).
+    plan = build_plan(LaunchOptions((JOB,), 2, 1, python=PY, env=env), 1, (), 2, base_env)
+    assert {s.env["PS_VERBOSE"] for s in plan.specs} == {"1"}
+
+
+@pytest.mark.parametrize("base_env,env,hosts", [
+    ({"OMP_NUM_THREADS": "4"}, {}, ()), ({}, {"OMP_NUM_THREADS": "4"}, ()),
+    ({"OMP_NUM_THREADS": "4"}, {}, (Host("127.0.0.1", 2), Host("127.0.0.2", 2)))])
+def test_threads_wins_over_the_environment_and_on_other_hosts(base_env, env, hosts):
+    options = LaunchOptions((JOB,), 3, 1, threads=5, python=PY, env=env, hosts=hosts,
+                            launcher="ssh" if hosts else "local")
+    plan = build_plan(options, 1, (), 2, base_env)
+    assert {s.env["OMP_NUM_THREADS"] for s in plan.of_role("worker")} == {"5"}
+    servers = {s.env["OMP_NUM_THREADS"] for s in plan.specs if s.role != "worker"}
+    assert servers == {env.get("OMP_NUM_THREADS", "1")}  # --threads is the workers' alone
+    assert plan.notes == ()  # nothing to override: the user chose
 
 
 def test_commands_that_are_not_scripts():

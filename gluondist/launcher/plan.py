@@ -7,7 +7,7 @@ from typing import Mapping, Optional, Sequence, Tuple
 from .. import envvars as ev
 from .hosts import Host, Placement, gpu_list, place
 from .options import LaunchOptions
-from .roles import job_env, role_env, server_argv, worker_argv
+from .roles import job_env, pslite_verbose, role_env, server_argv, worker_argv
 
 @dataclass(frozen=True)
 class ProcessSpec:
@@ -48,11 +48,29 @@ def pslite_order(hosts: Sequence[Host]) -> list:
 
 
 def thread_count(options: LaunchOptions, cores: int, base_env: Mapping[str, str]) -> Optional[int]:
-    """OMP threads per worker, or None when the user already set OMP_NUM_THREADS or the
-    workers run on other hosts (whose cores the launcher does not know)."""
-    if ev.OMP_NUM_THREADS in base_env or ev.OMP_NUM_THREADS in options.env or options.hosts:
+    """OMP threads per worker: ``--threads`` whenever given (over the user's OMP_NUM_THREADS,
+    on every launcher); else cores / workers, or None when the user set OMP_NUM_THREADS or
+    the workers run on other hosts (whose cores the launcher does not know)."""
+    if options.threads is not None:
+        return options.threads
+    if user_value(options, base_env, ev.OMP_NUM_THREADS) is not None or options.hosts:
         return None
-    return options.threads or max(1, cores // options.num_workers)
+    return max(1, cores // options.num_workers)
+
+
+def user_value(options: LaunchOptions, base_env: Mapping[str, str], name: str) -> Optional[str]:
+    """What the user set ``name`` to for the job: ``--env`` first, then the environment."""
+    return options.env.get(name, base_env.get(name))
+
+
+def placement_of(options: LaunchOptions) -> Placement:
+    """Where each role runs: on ``options.hosts`` (resolved), or all on this machine."""
+    if options.hosts:
+        return place(options.hosts, options.num_workers, options.num_servers,
+                     options.hosts_source)
+    here = Host(options.host)
+    return Placement(here, (here,) * options.num_servers, (here,) * options.num_workers,
+                     tuple(range(options.num_workers)))
 
 
 def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = (),
@@ -67,21 +85,17 @@ def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = ()
     launcher's environment, read only to respect what the user set. ``restart`` counts the
     restarts before this attempt."""
     base_env = {} if base_env is None else base_env
-    if options.hosts:
-        placement = place(options.hosts, options.num_workers, options.num_servers,
-                          options.hosts_source)
-    else:
-        here = Host(options.host)
-        placement = Placement(here, (here,) * options.num_servers, (here,) * options.num_workers,
-                              tuple(range(options.num_workers)))
+    placement = placement_of(options)
     common = job_env(options.scheduler_address or placement.scheduler.addr, port,
-                     options.num_workers, options.num_servers, options.interface,
-                     verbose=ev.PS_VERBOSE not in base_env)
+                     options.num_workers, options.num_servers, options.interface)
     threads = thread_count(options, cores, base_env)
     notes = ()
-    if threads is not None:
+    if threads is not None and options.threads is None:
         notes = (f"OMP_NUM_THREADS={threads} for each of {options.num_workers} worker(s) on "
                  f"{cores} core(s); set OMP_NUM_THREADS to override",)
+    # What the launcher itself relies on goes over the user's --env: ps-lite's join messages
+    # (see pslite_verbose) and an explicit --threads.
+    forced = {ev.PS_VERBOSE: pslite_verbose(user_value(options, base_env, ev.PS_VERBOSE))[0]}
     ports = sorted(node_ports)
     server_ports = ports[:options.num_servers]
     worker_ports = ports[options.num_servers:]
@@ -90,7 +104,9 @@ def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = ()
         # ps-lite reads DMLC_INTERFACE only when DMLC_NODE_HOST is empty
         where = {} if options.interface and role != "scheduler" else {ev.DMLC_NODE_HOST: host.addr}
         env = {**common, **where, **role_env(role, rank, options.kvstore, restart), **extra,
-               **options.env}
+               **options.env, **forced}
+        if role == "worker" and options.threads is not None:
+            env[ev.OMP_NUM_THREADS] = str(options.threads)
         return ProcessSpec(role, rank, host.name, tuple(argv), env)
 
     light = {ev.OMP_NUM_THREADS: "1"} if threads is not None else {}  # servers only add up

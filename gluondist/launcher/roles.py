@@ -22,15 +22,26 @@ BOOTSTRAP = ("-m", BOOTSTRAP_MODULE)
 
 
 def job_env(root_uri: str, port: int, num_workers: int, num_servers: int,
-            interface: Optional[str] = None, verbose: bool = True) -> Dict[str, str]:
+            interface: Optional[str] = None) -> Dict[str, str]:
     """What every process of a job shares: where the scheduler is and how many nodes join."""
     env = {ev.DMLC_PS_ROOT_URI: root_uri, ev.DMLC_PS_ROOT_PORT: str(port),
            ev.DMLC_NUM_WORKER: str(num_workers), ev.DMLC_NUM_SERVER: str(num_servers)}
     if interface:
         env[ev.DMLC_INTERFACE] = interface
-    if verbose:
-        env[ev.PS_VERBOSE] = "1"  # the monitor reads ps-lite's join messages
     return env
+
+
+def pslite_verbose(user: Optional[str]) -> Tuple[str, bool]:
+    """``PS_VERBOSE`` for every process of a launched job, and whether ps-lite's routine
+    messages reach the console, given the user's own value (from the environment or ``--env``;
+    None if unset). The monitor learns that nodes joined from ps-lite's level-1 messages, so
+    every process runs at level 1 at least (2, every message, if asked); the user's value
+    decides only what the console shows: chatter only when they asked for it (1 or more)."""
+    try:
+        level = int(user) if user is not None else 0
+    except ValueError:
+        level = 0  # ps-lite's own reading of a non-number (dmlc::GetEnv's stream) is 0 too
+    return str(max(level, 1)), level >= 1
 
 
 def role_env(role: str, rank: int, kvstore: str, restart: int = 0) -> Dict[str, str]:

@@ -21,9 +21,10 @@ from .hosts import parse_hostfile, parse_inline
 from .monitor import (Joins, LaunchResult, free_ports, is_pslite_chatter, rank_failures,
                       scheduler_port_taken, watch)
 from .options import LaunchOptions
-from .plan import LaunchPlan, ProcessSpec, build_plan
+from .plan import LaunchPlan, ProcessSpec, build_plan, user_value
 from .process import ProcessGroup
 from .report import exit_line, failure_lines, final_lines
+from .roles import pslite_verbose
 
 PORT_ATTEMPTS = 3
 UNREACHABLE = ("ssh failed", "no answer")  # how ssh.check_host begins such a host's problem
@@ -114,7 +115,8 @@ def launch_job(options: LaunchOptions, show: Show,
             raise LaunchError(f"--log-dir {options.log_dir!r} cannot be created: "
                               f"{exc.strerror}") from None
     transport = transport or _transport(options, base_env)
-    on_line = _console(show, record, hide_chatter=ev.PS_VERBOSE not in base_env)
+    shown = pslite_verbose(user_value(options, base_env, ev.PS_VERBOSE))[1]
+    on_line = _console(show, record, hide_chatter=not shown)
     restarts, port_retries, failures, every_host = 0, 0, [], options.hosts
     while True:
         port, *node_ports = ports(options.num_processes, options.host)

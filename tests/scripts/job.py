@@ -8,7 +8,8 @@ traceback longer than the launcher's log tail); `raisefirst` makes the acting wo
 is slow to format and write <rank>.raising while it is being formatted (after the bootstrap took
 its failure time, so the order of the two is unambiguous), and every other worker raise as soon
 as it sees that file. `argv` prints the arguments and exits;
-`nojoin` makes the acting worker sleep instead of joining. Finished workers write <rank>.done.
+`nojoin` makes the acting worker sleep instead of joining; `linger T` makes it sleep, after
+training, until the time T (time.time()). Finished workers write <rank>.done.
 """
 import os
 import signal
@@ -68,6 +69,8 @@ if acts:
     if action == "hang":
         open(f"{rank}.hanging", "w").close()
         time.sleep(600)
+    if action == "linger":
+        time.sleep(max(0.0, float(sys.argv[3]) - time.time()))
 if action == "raisefirst":
     while not any(name.endswith(".raising") for name in os.listdir(".")):
         time.sleep(0.01)
