@@ -1,6 +1,7 @@
 """`gluondist launch` with real processes and real MXNet on loopback."""
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -50,6 +51,35 @@ def test_ps_verbose_0_does_not_hide_that_the_job_formed(launch, tmp_path, where)
     assert "ps-lite" not in job.out  # the user's 0 keeps the console quiet ...
     assert "Bind to role=worker" in (tmp_path / "logs" / "worker.1.log").read_text()  # ... logs
     assert job.leftovers() == []
+
+
+@pytest.mark.parametrize("console", ["ascii", "closed"])
+def test_a_console_that_cannot_take_a_line_drops_it_and_the_job_goes_on(tmp_path, console):
+    # PYTHONIOENCODING=ascii cannot encode the worker's lines; `>&-` leaves no stdout at all.
+    # Either used to kill the reader thread: the worker then blocked on its full pipe.
+    import uuid
+    from conftest import TAG
+    tag = uuid.uuid4().hex
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"} if console == "ascii" else None
+    closed = ["sh", "-c", 'exec "$@" >&-', "sh"] if console == "closed" else []
+    proc = subprocess.Popen([*closed, sys.executable, "-m", "gluondist.cli", "launch",
+                             "--env", f"{TAG}={tag}", "-n", "2", "-s", "1", "--log-dir", "logs",
+                             JOB, "unicode", "1"], cwd=tmp_path, env=env, stdout=subprocess.PIPE
+                            if console == "ascii" else None, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        stray = kill_tagged(tag)
+    assert proc.returncode == 0, err
+    assert err.count("gluondist: the console cannot take an output line") == 1, err
+    if console == "ascii":
+        assert "[worker 1] unicode done" in out  # the lines after the bad ones still show
+        assert "[worker 0] worker 0 on 127.0.0.1 pulled 3" in out
+    log = (tmp_path / "logs" / "worker.1.log").read_text()
+    assert log.count("ünïcödé ✓") == 3000 and "unicode done" in log
+    assert {p.name for p in tmp_path.glob("*.done")} == {"0.done", "1.done"}
+    assert stray == []
 
 
 def test_two_launchers_started_together_do_not_collide(launch, tmp_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import os
 import shutil
 import signal
@@ -32,6 +33,7 @@ from .plan import ProcessSpec
 from .roles import runs_bootstrap
 
 TAIL_LINES = 40
+log = logging.getLogger(__name__)
 
 REAPER = r"""
 import os, signal, sys
@@ -112,6 +114,7 @@ class Child:
         self.captured: Optional[List[str]] = None  # lines held back from the console
         self.last_output = time.monotonic()
         self._on_line, self._log = on_line, log_file
+        self._warned = False
         self._lock = threading.Lock()
         self.reader = threading.Thread(target=self._read, args=(proc.stdout, False),
                                        name=f"read {spec.label}", daemon=True)
@@ -145,8 +148,11 @@ class Child:
         elif self._on_line is not None:
             try:
                 self._on_line(self.spec, line)
-            except OSError:  # the console went away (`| head`): keep draining the pipe,
-                self._on_line = None  # or the child would block writing to it
+            except Exception:  # noqa: BLE001  keep draining the pipe whatever happened, or
+                if not self._warned:  # the child would block writing to it
+                    self._warned = True
+                    log.warning("showing a line of %s failed; the next ones are still read",
+                                self.spec.label, exc_info=True)
 
     def _side(self, line: str) -> bool:
         kind, _, value = line[len(SIDE):].partition(" ")

@@ -34,18 +34,34 @@ Show = Callable[[str, bool], None]
 def terminal() -> Show:
     """The console both doors show the job on: process lines on stdout, the launcher's notes
     and reports on stderr, one locked write per line (lines from different processes never
-    mix). A terminal that went away (SIGHUP, ``| head``) is ignored: the logs keep all."""
+    mix). A line the console cannot take (a gone terminal, ``| head``, a closed stdout, an
+    encoding such as ``PYTHONIOENCODING=ascii`` that lacks its characters) is dropped, said
+    once on stderr, and the job goes on: the logs keep every line."""
     lock = threading.Lock()
+    told = []
 
     def show(text: str, note: bool) -> None:
         stream = sys.stderr if note else sys.stdout
         with lock:
             try:
+                if stream is None:  # started with the descriptor closed (`>&-`)
+                    raise OSError("it is closed")
                 stream.write(text + "\n")
                 stream.flush()
-            except OSError:
-                pass
+            except Exception as exc:  # noqa: BLE001 (any of them must not stop the job)
+                if not note and not told:
+                    told.append(exc)
+                    _dropping(exc)
     return show
+
+
+def _dropping(exc: Exception) -> None:
+    try:
+        sys.stderr.write(f"gluondist: the console cannot take an output line ({exc}); such "
+                         "lines are dropped, --log-dir keeps them all\n")
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 (no stderr either: the exit code still tells)
+        pass
 
 
 def read_hosts(arg: str):

@@ -9,7 +9,8 @@ is slow to format and write <rank>.raising while it is being formatted (after th
 its failure time, so the order of the two is unambiguous), and every other worker raise as soon
 as it sees that file. `argv` prints the arguments and exits;
 `nojoin` makes the acting worker sleep instead of joining; `linger T` makes it sleep, after
-training, until the time T (time.time()). Finished workers write <rank>.done.
+training, until the time T (time.time()); `unicode` makes it write 3,000 lines of UTF-8 (more
+than a pipe holds) and then `unicode done`. Finished workers write <rank>.done.
 """
 import os
 import signal
@@ -69,6 +70,11 @@ if acts:
     if action == "hang":
         open(f"{rank}.hanging", "w").close()
         time.sleep(600)
+    if action == "unicode":
+        for i in range(3000):
+            sys.stdout.buffer.write(f"ünïcödé ✓ line {i} of the worker's output\n".encode())
+        sys.stdout.buffer.flush()
+        print("unicode done", flush=True)
     if action == "linger":
         time.sleep(max(0.0, float(sys.argv[3]) - time.time()))
 if action == "raisefirst":
