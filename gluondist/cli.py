@@ -10,15 +10,10 @@ import click
 
 from . import envvars as ev
 from .kinds import DIST_KINDS
-from .launcher.errors import LaunchError
+from .launcher.errors import LaunchError, Stopped, StopRequest
 from .launcher.options import LaunchOptions
 from .launcher.plan import LaunchPlan
 from .launcher.session import dry_run as plan_only, launch_job, terminal
-
-
-class _Terminated(Exception):
-    def __init__(self, signum):
-        self.signum = signum
 
 
 def _say(message: str) -> None:
@@ -95,21 +90,25 @@ def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs,
     if dry_run:
         _print_plan(plan_only(options, os.environ, cores))
         return
-    result = _supervised(lambda: launch_job(options, terminal(), base_env=os.environ,
-                                            cores=cores))
+    result = _supervised(lambda stop: launch_job(options, terminal(), base_env=os.environ,
+                                                 cores=cores, stop=stop))
     sys.exit(result.exit_code)
 
 
 def _supervised(run):
-    """``run()`` with SIGTERM and SIGHUP turned into a stop of the job; exit 130 / 128+N."""
+    """``run(stop)`` with SIGTERM and SIGHUP turned into a request to stop the job, which the
+    launcher's monitor loop acts on (a handler that raised would land anywhere, between a
+    spawn and its record, or in the teardown); exit 130 / 128+N. Ctrl-C stays Python's
+    KeyboardInterrupt, as in a notebook: the launcher's start and teardown let it wait."""
+    stop = StopRequest()
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_terminated)
+        signal.signal(sig, lambda signum, frame: stop.request(signum))
     try:
-        return run()
+        return run(stop)
     except KeyboardInterrupt:
         _say("interrupted (SIGINT): stopped every process of the job")
         sys.exit(130)
-    except _Terminated as exc:
+    except Stopped as exc:
         _say(f"terminated ({signal.Signals(exc.signum).name}): stopped every process of the job")
         sys.exit(128 + exc.signum)
 
@@ -164,9 +163,9 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, launcher_k
                             launcher=launcher_kind, hosts=hosts_arg or (), interface=interface,
                             ssh_config=ssh_config, scheduler_address=scheduler_address)
     show = terminal()
-    table, recommended, failed = _supervised(lambda: run(
+    table, recommended, failed = _supervised(lambda stop: run(
         options, servers, mbytes, keys, steps,
-        lambda opts, shw, rec: launch_job(opts, shw, rec, base_env=os.environ), show))
+        lambda opts, shw, rec: launch_job(opts, shw, rec, base_env=os.environ, stop=stop), show))
     if failed is not None:
         sys.exit(failed.exit_code)
     for line in format_table(table, recommended):
@@ -184,10 +183,6 @@ def _env_pairs(pairs) -> dict:
             raise LaunchError(f"--env {pair!r}: write KEY=VALUE")
         env[key] = value
     return env
-
-
-def _raise_terminated(signum, frame):
-    raise _Terminated(signum)
 
 
 def _print_plan(plan: LaunchPlan) -> None:

@@ -57,6 +57,8 @@ class LaunchResult:
     logs: Dict[str, List[str]] = field(default_factory=dict)  # filled by gluondist.launch()
     others: List[Failure] = field(default_factory=list)  # later failures, in time order
     stall: Optional[Stall] = None
+    signal: Optional[int] = None  # the job was stopped on request (a StopRequest), by this
+    unreaped: List[str] = field(default_factory=list)  # processes alive after SIGKILL
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> List[int]:
@@ -85,9 +87,10 @@ class Joins:
 
 
 def watch(plan: LaunchPlan, group: ProcessGroup, joins: Joins, start_timeout: float,
-          stall_timeout: Optional[float] = None) -> LaunchResult:
+          stall_timeout: Optional[float] = None, stop=None) -> LaunchResult:
     """Poll ``group`` (started) until every worker succeeded, a process failed, the job did not
-    form in time, or (with ``stall_timeout``) no worker progressed for that long."""
+    form in time, (with ``stall_timeout``) no worker progressed for that long, or ``stop`` (a
+    StopRequest) was set: then the result's ``signal`` says by which signal."""
     workers = {s.label for s in plan.of_role("worker")}
     started = time.monotonic()
     succeeded = set()
@@ -96,6 +99,8 @@ def watch(plan: LaunchPlan, group: ProcessGroup, joins: Joins, start_timeout: fl
         stalls = StallWatch(stall_timeout, group.transport,
                             [c for c in group.children if c.spec.role == "worker"])
     while True:
+        if stop:
+            return _stopped(stop)
         for exited in group.poll():
             spec = exited.spec
             if spec.label in workers and exited.returncode == 0:
@@ -107,7 +112,7 @@ def watch(plan: LaunchPlan, group: ProcessGroup, joins: Joins, start_timeout: fl
                 continue
             return _failed(group, spec, exited.returncode, exited.wall)
         if succeeded == workers:
-            return _finish(group, joins.formed)
+            return _finish(group, joins.formed, stop)
         now = time.monotonic()
         if not joins.formed and now - started > start_timeout:
             return _timed_out(plan, joins, start_timeout)
@@ -119,14 +124,20 @@ def watch(plan: LaunchPlan, group: ProcessGroup, joins: Joins, start_timeout: fl
         time.sleep(POLL)
 
 
-def _finish(group: ProcessGroup, formed: bool) -> LaunchResult:
+def _finish(group: ProcessGroup, formed: bool, stop) -> LaunchResult:
     # Servers and scheduler stop by themselves after the workers' final barrier; a job that
     # never formed (a script that made no kvstore) has none, so they are stopped at once.
     deadline = time.monotonic() + (GRACE if formed else 0.0)
     while group.running() and time.monotonic() < deadline:
+        if stop:
+            return _stopped(stop)
         group.poll()
         time.sleep(POLL)
     return LaunchResult(0)
+
+
+def _stopped(stop) -> LaunchResult:
+    return LaunchResult(128 + stop.signum, signal=stop.signum)
 
 
 def _failed(group: ProcessGroup, spec: ProcessSpec, returncode: int, when: float) -> LaunchResult:

@@ -33,6 +33,7 @@ from .plan import ProcessSpec
 from .roles import runs_bootstrap
 
 TAIL_LINES = 40
+REAP_WAIT = 5.0  # how long the teardown waits for the processes to die after SIGKILL
 log = logging.getLogger(__name__)
 
 REAPER = r"""
@@ -139,8 +140,11 @@ class Child:
 
     def _output(self, raw: bytes, line: str) -> None:
         if self._log is not None:
-            self._log.write(raw if raw.endswith(b"\n") else raw + b"\n")
-            self._log.flush()
+            try:
+                self._log.write(raw if raw.endswith(b"\n") else raw + b"\n")
+                self._log.flush()
+            except (OSError, ValueError):  # a full disk, or closed by the teardown of a
+                pass  # process that would not die: the console and the tail still get it
         self.tail.append(line)
         self.last_output = time.monotonic()
         if self.captured is not None:
@@ -195,8 +199,14 @@ class ProcessGroup:
         self._reaper: Optional[subprocess.Popen] = None
         self._logs = []
         self._errors_dir: Optional[str] = None
+        self.unreaped: List[Tuple[str, int, str]] = []  # alive after SIGKILL: label, pid, state
 
     def start(self) -> None:
+        """Start the reaper and every process. An interrupt meanwhile (a KeyboardInterrupt)
+        waits until every one started is recorded, so ``close()`` stops them all."""
+        to_the_end(self._start)
+
+    def _start(self) -> None:
         self._reaper = subprocess.Popen([sys.executable, "-c", REAPER], stdin=subprocess.PIPE,
                                         start_new_session=True)
         self._errors_dir = tempfile.mkdtemp(prefix="gluondist-errors-")
@@ -239,22 +249,23 @@ class ProcessGroup:
 
     def close(self, timeout: float = 5.0) -> List[ProcessSpec]:
         """Stop what still runs: SIGTERM to each tree, one shared deadline, then SIGKILL.
-        Returns the specs that had to be stopped. Safe to call more than once."""
+        Returns the specs that had to be stopped. Safe to call more than once. Interrupts
+        meanwhile do not cut it short: the first one skips the rest of the deadline, and is
+        raised once every process is stopped and every file closed."""
+        hurry = threading.Event()
+        return to_the_end(lambda: self._close(timeout, hurry), hurry)
+
+    def _close(self, timeout: float, hurry: threading.Event) -> List[ProcessSpec]:
         stopped = [c.spec for c in self.running()]
         for child in self.running():
             _killpg(child.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while self.running() and time.monotonic() < deadline:
+        while self.running() and time.monotonic() < deadline and not hurry.is_set():
             self.poll()
             time.sleep(0.02)
         for child in self.children:  # leftovers, and anything the children left behind
             _killpg(child.proc.pid, signal.SIGKILL)
-        for child in self.children:
-            child.proc.wait()
-            child.reader.join(timeout=2.0)
-            if child.side_reader is not None:
-                child.side_reader.join(timeout=2.0)
-        self.poll()
+        self._reap()
         for child in self.children:
             child.error_record()  # read before the files go
         if self._errors_dir is not None:
@@ -266,8 +277,25 @@ class ProcessGroup:
         if self._reaper is not None and self._reaper.poll() is None:
             self._tell_reaper("done")
             self._reaper.stdin.close()
-            self._reaper.wait()
+            if _wait(self._reaper, REAP_WAIT) is None:
+                self._reaper.kill()
         return stopped
+
+    def _reap(self) -> None:
+        """Wait for every child, at most REAP_WAIT in all after the SIGKILL: one in
+        uninterruptible sleep (state D, a hung NFS mount) cannot die, and is listed in
+        ``unreaped`` as ``(label, pid, state)`` instead of hanging the launcher."""
+        deadline = time.monotonic() + REAP_WAIT
+        for child in self.children:
+            if _wait(child.proc, deadline - time.monotonic()) is None and \
+                    all(child.spec.label != u[0] for u in self.unreaped):
+                self.unreaped.append((child.spec.label, child.proc.pid,
+                                      process_state(child.proc.pid)))
+        for child in self.children:
+            for reader in (child.reader, child.side_reader):
+                if reader is not None:
+                    reader.join(timeout=max(0.0, min(2.0, deadline - time.monotonic())))
+        self.poll()
 
     def _tell_reaper(self, message: str) -> None:
         try:
@@ -275,6 +303,53 @@ class ProcessGroup:
             self._reaper.stdin.flush()
         except (BrokenPipeError, ValueError):
             pass
+
+
+def to_the_end(fn: Callable, hurry: Optional[threading.Event] = None):
+    """``fn()``, run in a thread and waited for however many interrupts (KeyboardInterrupt)
+    arrive meanwhile: Python raises them in the main thread only, so they cannot cut ``fn``
+    short. The first sets ``hurry`` and is raised once ``fn`` is done (after ``fn``'s own
+    error, if it raised)."""
+    box = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 (handed to the caller below)
+            box["error"] = exc
+    thread = threading.Thread(target=run, name="gluondist-uninterrupted", daemon=True)
+    thread.start()
+    interrupt = None
+    while True:
+        try:
+            thread.join()
+            break
+        except BaseException as exc:  # noqa: BLE001 (raised again below)
+            interrupt = interrupt or exc
+            if hurry is not None:
+                hurry.set()
+    if "error" in box:
+        raise box["error"]
+    if interrupt is not None:
+        raise interrupt
+    return box.get("value")
+
+
+def _wait(proc: subprocess.Popen, timeout: float) -> Optional[int]:
+    try:
+        return proc.wait(timeout=max(0.0, timeout))
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def process_state(pid: int) -> str:
+    """A process's state as /proc says it ("D (disk sleep)"), or "unknown"."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("State:")), "unknown")
+    except OSError:
+        return "unknown"
 
 
 def _killpg(pgid: int, sig: int) -> None:

@@ -16,7 +16,7 @@ import threading
 from typing import Callable, Mapping, Optional
 
 from .. import envvars as ev
-from .errors import LaunchError
+from .errors import LaunchError, Stopped, StopRequest
 from .hosts import parse_hostfile, parse_inline
 from .monitor import (Joins, LaunchResult, free_ports, is_pslite_chatter, rank_failures,
                       scheduler_port_taken, watch)
@@ -115,12 +115,14 @@ def dry_run(options: LaunchOptions, base_env: Mapping[str, str], cores: int) -> 
 def launch_job(options: LaunchOptions, show: Show,
                record: Optional[Callable[[ProcessSpec, str], None]] = None,
                base_env: Optional[Mapping[str, str]] = None, cores: Optional[int] = None,
-               transport=None, ports=free_ports) -> LaunchResult:
+               transport=None, ports=free_ports,
+               stop: Optional[StopRequest] = None) -> LaunchResult:
     """Run the job to its end, restarting it up to ``options.max_restarts`` times, and return
     the last attempt's result (its report already shown). Over ssh, each restart runs on the
     hosts that pass the preflight again (see ``_reachable``). Raises LaunchError for bad options
-    before anything starts. Any exception (KeyboardInterrupt, a signal turned into one by the
-    CLI) stops every process, says which, and propagates."""
+    before anything starts. ``stop`` (set by the CLI's signal handlers) stops every process,
+    says which, and raises Stopped; so does any exception (a KeyboardInterrupt: a second one
+    during the teardown does not cut it short), which then propagates."""
     base_env = os.environ if base_env is None else base_env
     cores = cores or os.cpu_count() or 1
     options = resolve(options, base_env)
@@ -135,12 +137,14 @@ def launch_job(options: LaunchOptions, show: Show,
     on_line = _console(show, record, hide_chatter=not shown)
     restarts, port_retries, failures, every_host = 0, 0, [], options.hosts
     while True:
+        if stop:
+            raise Stopped(stop.signum)
         port, *node_ports = ports(options.num_processes, options.host)
         plan = build_plan(options, port, node_ports, cores, base_env, restarts)
         if restarts == port_retries == 0:
             for note in plan.notes:
                 show(f"gluondist: {note}", True)
-        result = _attempt(options, plan, on_line, transport, restarts, show)
+        result = _attempt(options, plan, on_line, transport, restarts, show, stop)
         result.attempts, result.plan = 1 + restarts + port_retries, plan
         if result.exit_code != 0 and scheduler_port_taken(result) \
                 and port_retries < PORT_ATTEMPTS - 1:
@@ -185,19 +189,26 @@ def _reachable(options: LaunchOptions, every_host, attempt: int,
     return dataclasses.replace(options, hosts=kept)
 
 
-def _attempt(options, plan, on_line, transport, restarts, show) -> LaunchResult:
+def _attempt(options, plan, on_line, transport, restarts, show, stop) -> LaunchResult:
     joins = Joins(on_line)
     group = ProcessGroup(plan.specs, joins, options.log_dir, transport, restarts,
                          progress=options.stall_timeout is not None)
     result = None
     try:
         group.start()
-        result = watch(plan, group, joins, options.start_timeout, options.stall_timeout)
+        result = watch(plan, group, joins, options.start_timeout, options.stall_timeout, stop)
     finally:
         stopped = group.close()
-        if result is None and stopped:  # an interrupt: say what it took down
+        for label, pid, state in group.unreaped:
+            show(f"gluondist: {label} (pid {pid}) is still there after SIGKILL, in state "
+                 f"{state}: a process in uninterruptible sleep (D: often a hung filesystem) "
+                 "cannot die until the kernel lets it; left behind", True)
+        if (result is None or result.signal) and stopped:  # an interrupt: what it took down
             show(f"gluondist: stopped {', '.join(s.label for s in stopped)}", True)
+    if result.signal:
+        raise Stopped(result.signal)
     result.stopped = [s.label for s in stopped]
+    result.unreaped = [label for label, _, _ in group.unreaped]
     return rank_failures(result, group)
 
 

@@ -7,10 +7,10 @@ block on the missing peer as real workers would. `deep` raises from 60 nested ca
 traceback longer than the launcher's log tail); `raisefirst` makes the acting worker raise an error that
 is slow to format and write <rank>.raising while it is being formatted (after the bootstrap took
 its failure time, so the order of the two is unambiguous), and every other worker raise as soon
-as it sees that file. `argv` prints the arguments and exits;
-`nojoin` makes the acting worker sleep instead of joining; `linger T` makes it sleep, after
-training, until the time T (time.time()); `unicode` makes it write 3,000 lines of UTF-8 (more
-than a pipe holds) and then `unicode done`. Finished workers write <rank>.done.
+as it sees that file. `argv` prints the arguments and exits; `nojoin` makes the acting worker
+sleep instead of joining; `stubborn` is `hang` ignoring SIGTERM; `linger T` makes it sleep,
+after training, until the time T (time.time()); `unicode` makes it write 3,000 lines of UTF-8
+(more than a pipe holds) and then `unicode done`. Finished workers write <rank>.done.
 """
 import os
 import signal
@@ -67,7 +67,9 @@ if acts:
         raise SlowToFormat()
     if action == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
-    if action == "hang":
+    if action in ("hang", "stubborn"):
+        if action == "stubborn":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         open(f"{rank}.hanging", "w").close()
         time.sleep(600)
     if action == "unicode":
