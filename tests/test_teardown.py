@@ -102,3 +102,32 @@ def test_a_second_ctrl_c_during_launchs_teardown_leaks_nothing(tmp_path):
         kernel.wait()
         stray = kill_tagged(tag)
     assert alive == [] and stray == []
+
+
+def test_a_process_that_cannot_die_is_named_and_the_launcher_still_exits(launch, tmp_path):
+    # A worker blocked on a file system that never answers (a FUSE daemon of the test's own)
+    # is in state D once signalled: not even SIGKILL ends it until the daemon goes.
+    mnt, reading = tmp_path / "mnt", tmp_path / "reading"
+    mnt.mkdir()
+    daemon = subprocess.Popen([sys.executable, str(SCRIPTS / "fuse_hang.py"), mnt, reading],
+                              stderr=subprocess.PIPE, text=True)
+    job = None
+    try:
+        wait_until(lambda: os.path.ismount(mnt) or daemon.poll() is not None,
+                   message="the FUSE mount")
+        if daemon.poll() is not None:
+            pytest.skip(f"cannot mount FUSE (needs root and /dev/fuse): {daemon.stderr.read()}")
+        (tmp_path / "stuck.py").write_text(f"open({str(mnt / 'f')!r}).read()\n")
+        job = launch("-n", 1, "-s", 1, "stuck.py")
+        wait_until(reading.exists, message="the worker to block in its read")
+        job.proc.send_signal(signal.SIGTERM)
+        assert job.wait(timeout=60) == 143, job.err
+        line = next(l for l in job.err.splitlines() if "after SIGKILL" in l)
+        assert line.startswith("gluondist: worker 0 (pid ") and "did not die after SIGKILL, in state D (disk sleep)" in line
+        assert "gluondist: stopped scheduler, server 0, worker 0" in job.err, job.err
+    finally:
+        daemon.kill()  # closing /dev/fuse aborts the connection: the worker can die now
+        daemon.wait()
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+        if job is not None:
+            wait_until(lambda: not tagged_pids(job.tag), message="the stuck worker to die")

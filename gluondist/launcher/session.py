@@ -200,9 +200,8 @@ def _attempt(options, plan, on_line, transport, restarts, show, stop) -> LaunchR
     finally:
         stopped = group.close()
         for label, pid, state in group.unreaped:
-            show(f"gluondist: {label} (pid {pid}) is still there after SIGKILL, in state "
-                 f"{state}: a process in uninterruptible sleep (D: often a hung filesystem) "
-                 "cannot die until the kernel lets it; left behind", True)
+            show(f"gluondist: {label} (pid {pid}) did not die after SIGKILL, in state {state} "
+                 "(D: uninterruptible sleep, often a hung file system); left behind", True)
         if (result is None or result.signal) and stopped:  # an interrupt: what it took down
             show(f"gluondist: stopped {', '.join(s.label for s in stopped)}", True)
     if result.signal:
