@@ -31,6 +31,8 @@ GLUONDIST_RESTART_COUNT = "GLUONDIST_RESTART_COUNT"  # 0 on the first attempt, t
 GLUONDIST_PROGRESS_FD = "GLUONDIST_PROGRESS_FD"
 # Where the worker bootstrap records an uncaught exception (JSON) for the launcher to read.
 GLUONDIST_ERROR_FILE = "GLUONDIST_ERROR_FILE"
+# Seconds a failing worker's bootstrap gives its atexit handlers and file flushes (10).
+GLUONDIST_EXIT_GRACE = "GLUONDIST_EXIT_GRACE"
 JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"  # Kubernetes sets it in an Indexed Job's pods
 PYTHONUNBUFFERED = "PYTHONUNBUFFERED"  # workers' output reaches the launcher line by line
 

@@ -131,3 +131,18 @@ def test_a_process_that_cannot_die_is_named_and_the_launcher_still_exits(launch,
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
         if job is not None:
             wait_until(lambda: not tagged_pids(job.tag), message="the stuck worker to die")
+
+
+@pytest.mark.parametrize("mode,code", [("raise", 1), ("exit", 4), ("hang", 1)])
+def test_a_failing_worker_runs_its_atexit_handlers_and_flushes_its_files(launch, tmp_path,
+                                                                         mode, code):
+    # As `python SCRIPT.py` would, but bounded: a handler that hangs is cut off after
+    # GLUONDIST_EXIT_GRACE (1 s here) and the worker still ends with its code, while
+    # MXNet's exit barrier (the other worker is alive) is never entered.
+    job = launch("-n", 2, "-s", 1, "--env", "GLUONDIST_EXIT_GRACE=1", SCRIPTS / "exit_job.py",
+                 mode)
+    assert job.wait(timeout=90) == code, job.err
+    assert f"worker 1 failed first: exit code {code}" in job.err
+    assert (tmp_path / "atexit.1").read_text() == "ran"
+    assert (tmp_path / "buffered.1").read_text() == "buffered"
+    assert job.leftovers() == []

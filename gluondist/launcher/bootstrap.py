@@ -3,9 +3,12 @@ and makes its failure end the process, recorded.
 
 MXNet's kvstore destructor waits in a barrier for every worker at exit, so a worker that
 raises or calls ``sys.exit(3)`` mid-training would hang there forever and the job with it. Here a
-failure prints its traceback, flushes, and leaves with ``os._exit`` (code k, or 1), skipping
-that barrier; the launcher then stops the rest. Success exits normally, through the barrier,
-which is what shuts the servers down.
+failure prints its traceback, runs the script's ``atexit`` handlers (MXNet's own excepted),
+flushes every open file, and leaves with ``os._exit`` (code k, or 1), skipping that barrier;
+the launcher then stops the rest. Handlers and flushes get ``GLUONDIST_EXIT_GRACE`` seconds
+(10): then a timer thread leaves with the same code, and should the main thread hold the
+interpreter, SIGALRM (its default action) ends the process 2 s later. Success exits normally,
+through the barrier, which is what shuts the servers down.
 
 An uncaught exception is also written to ``GLUONDIST_ERROR_FILE`` (see errorfile.py), so the
 launcher reports it whole and by the time it happened. SIGUSR1 dumps every thread's Python stack
@@ -25,6 +28,7 @@ from gluondist import envvars
 from gluondist.launcher import errorfile
 
 STACK_SIGNAL = signal.SIGUSR1
+EXIT_GRACE = 10.0  # seconds for atexit handlers and flushes after a failure (default)
 
 
 def _leave(code: int) -> None:
@@ -34,6 +38,41 @@ def _leave(code: int) -> None:
         except Exception:
             pass
     os._exit(code)
+
+
+def _fail(code: int) -> None:
+    """Leave after a failure as ``python SCRIPT.py`` would (atexit handlers, open files
+    flushed) but within the grace, and never through MXNet's exit barrier."""
+    import atexit
+    import threading
+    try:
+        grace = float(os.environ.get(envvars.GLUONDIST_EXIT_GRACE, EXIT_GRACE))
+    except ValueError:
+        grace = EXIT_GRACE
+    timer = threading.Timer(grace, _leave, (code,))
+    timer.daemon = True
+    timer.start()
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(int(grace) + 3)
+    _flush_open_files()  # first too: a handler may hang
+    notify = getattr(sys.modules.get("mxnet.base"), "_notify_shutdown", None)
+    if notify is not None:  # it waits for the engine, which may wait for the servers
+        atexit.unregister(notify)
+    atexit._run_exitfuncs()
+    _flush_open_files()
+    _leave(code)
+
+
+def _flush_open_files() -> None:
+    """What interpreter shutdown would write: the buffers of every file still open."""
+    import gc
+    import io
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, io.IOBase) and not obj.closed and obj.writable():
+                obj.flush()
+        except Exception:  # noqa: BLE001 (a broken file must not stop the others)
+            pass
 
 
 def _show_gluondist_logs() -> None:
@@ -71,7 +110,7 @@ def main(argv) -> None:
         if not isinstance(code, int):
             sys.stderr.write(f"{code}\n")
             code = 1
-        _leave(code)
+        _fail(code)
     except BaseException as exc:  # KeyboardInterrupt included: the job is going down anyway
         when = time.time()
         # The launcher may be stopping the job because of a later failure it noticed first:
@@ -88,7 +127,7 @@ def main(argv) -> None:
             except OSError as err:
                 sys.stderr.write(f"gluondist: cannot write the error file {path}: {err}\n")
         sys.stderr.write("".join(lines))
-        _leave(1)
+        _fail(1)
 
 
 def _user_traceback(exc: BaseException) -> list:
