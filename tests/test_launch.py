@@ -26,10 +26,12 @@ def role_pids(tag, role):
 
 
 def test_a_job_that_succeeds(launch, tmp_path):
-    job = launch("-n", 2, "-s", 1, "--log-dir", "logs", JOB, "ok")
+    job = launch("-n", 2, "-s", 1, "--log-dir", "logs", "--threads", 1, JOB, "ok",
+                 env={"OMP_NUM_THREADS": "4"})
     assert job.wait() == 0, job.err
-    assert "[worker 0] worker 0 on 127.0.0.1 pulled 3" in job.out
-    assert "[worker 1] worker 1 on 127.0.0.1 pulled 3" in job.out
+    # --threads wins over the OMP_NUM_THREADS the launcher itself has
+    assert "[worker 0] worker 0 on 127.0.0.1 pulled 3 (OMP_NUM_THREADS=1)" in job.out
+    assert "[worker 1] worker 1 on 127.0.0.1 pulled 3 (OMP_NUM_THREADS=1)" in job.out
     assert sorted(os.listdir(tmp_path / "logs")) == [
         "scheduler.log", "server.0.log", "worker.0.log", "worker.1.log"]
     assert "worker 1 on 127.0.0.1 pulled" in (tmp_path / "logs" / "worker.1.log").read_text()
@@ -246,7 +248,7 @@ def test_the_python_api_returns_the_result_and_logs(tmp_path, monkeypatch):
         stray = kill_tagged(tag)
     assert result.exit_code == 3
     assert (result.failure.label, result.failure.reason) == ("worker 1", "exit code 3")
-    assert "worker 0 on 127.0.0.1 pulled 3" in result.logs["worker 0"]
+    assert any("worker 0 on 127.0.0.1 pulled 3" in l for l in result.logs["worker 0"])
     assert stray == []
 
 

@@ -73,17 +73,18 @@ def wrappers():
     return found
 
 
-def ssh_launch(launch, ssh_config, *args):
-    return launch("--launcher", "ssh", "--ssh-config", ssh_config, *args)
+def ssh_launch(launch, ssh_config, *args, env=None):
+    return launch("--launcher", "ssh", "--ssh-config", ssh_config, *args, env=env)
 
 
 def test_a_two_host_job(launch, ssh_config, tmp_path):
     job = ssh_launch(launch, ssh_config, "-H", "127.0.0.1:1,127.0.0.2:1", "-n", 2, "-s", 2,
-                     JOB, "ok")
+                     "--threads", 1, JOB, "ok", env={"OMP_NUM_THREADS": "4"})
     assert job.wait(timeout=120) == 0, job.err
-    # ranks follow ps-lite's order (descending host name), each node on its own address
-    assert "[worker 0] worker 0 on 127.0.0.2 pulled 3" in job.out
-    assert "[worker 1] worker 1 on 127.0.0.1 pulled 3" in job.out
+    # ranks follow ps-lite's order (descending host name), each node on its own address;
+    # --threads reaches the remote workers, over the launcher's own OMP_NUM_THREADS
+    assert "[worker 0] worker 0 on 127.0.0.2 pulled 3 (OMP_NUM_THREADS=1)" in job.out
+    assert "[worker 1] worker 1 on 127.0.0.1 pulled 3 (OMP_NUM_THREADS=1)" in job.out
     assert {p.name for p in tmp_path.glob("*.done")} == {"0.done", "1.done"}
     assert job.leftovers() == [] and wait_until(lambda: not wrappers(), 10) is True
 

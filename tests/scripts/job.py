@@ -44,7 +44,8 @@ def train_round():
 
 for _ in range(3):
     train_round()
-print(f"worker {rank} on {os.environ['DMLC_NODE_HOST']} pulled {out.asnumpy()[0]:g}", flush=True)
+print(f"worker {rank} on {os.environ['DMLC_NODE_HOST']} pulled {out.asnumpy()[0]:g} "
+      f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')})", flush=True)
 if acts:
     if action == "exit":
         sys.exit(3)
