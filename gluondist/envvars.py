@@ -20,6 +20,8 @@ PS_PORT = "PORT"
 OMP_NUM_THREADS = "OMP_NUM_THREADS"
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 MXNET_CPU_WORKER_NTHREADS = "MXNET_CPU_WORKER_NTHREADS"
+# Arrays of at least this many elements are sliced over every server (1,000,000 by default)
+MXNET_KVSTORE_BIGARRAY_BOUND = "MXNET_KVSTORE_BIGARRAY_BOUND"
 
 GLUONDIST_RANK = "GLUONDIST_RANK"  # the launcher's rank for this worker
 GLUONDIST_KVSTORE = "GLUONDIST_KVSTORE"  # what kvstore='auto' means inside a launched job

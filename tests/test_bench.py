@@ -23,6 +23,24 @@ def test_keys_are_placed_as_mxnet_places_them():
     assert bench.busiest_share(small, 4) == 1.0
 
 
+def test_the_model_takes_the_big_array_bound_the_job_gets():
+    sizes = bench.key_sizes(2, 3)  # 174,763 elements each
+    assert bench.busiest_share(sizes, 2) == pytest.approx(2 / 3)  # whole keys: 0, 2 on one
+    assert bench.busiest_share(sizes, 2, bound=100_000) == pytest.approx(0.5)  # sliced
+
+
+@pytest.mark.parametrize("hosts,one", [("node1:4", True), ("node1:1,node2:1", False),
+                                       ("node1:2,node2:2", False)])
+def test_one_host_or_many_comes_from_the_resolved_placement(hosts, one):
+    # "node1:4" is one host of four slots (the raw text is 7 characters); with two hosts the
+    # servers go round-robin over both, so the jobs span hosts even when the workers fit one.
+    from gluondist.launcher.options import LaunchOptions
+    from gluondist.launcher.session import resolve
+    options = resolve(LaunchOptions((bench.WORKER,), 2, 1, launcher="ssh", hosts=hosts), {})
+    assert bench.one_host(options, [1, 2]) is one
+    assert bench.one_host(LaunchOptions((bench.WORKER,), 2, 1), [1, 2, 4])  # local
+
+
 def test_rows_and_recommendation():
     table = bench.rows([0.16, 0.15, 0.16], [1, 2, 4], workers=2,
                        sizes=bench.key_sizes(64, 8), one_host=True)
@@ -48,17 +66,18 @@ def test_the_bench_runs_a_real_job_per_server_count():
     tag = uuid.uuid4().hex
     try:
         out = run_cli("bench", "kvstore", "-n", 2, "--servers", "1,2", "--mbytes", 2, "--keys",
-                      3, "--steps", 3, "--json", "--env", f"{TAG}={tag}", timeout=300)
+                      3, "--steps", 3, "--json", "--env", f"{TAG}={tag}",
+                      "--env", "MXNET_KVSTORE_BIGARRAY_BOUND=100000", timeout=300)
     finally:
         assert kill_tagged(tag) == []  # every job of the bench ended with it
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert [r["servers"] for r in result["rows"]] == [1, 2]
     assert all(r["step_s"] > 0 and r["worker_mb_per_step"] == 4 for r in result["rows"])
-    # 3 keys below the big-array bound, each whole on one server: with 2 servers, keys 0 and 2
-    # land on server 0 ((key * 9973) % 2), which moves 2/3 of the 8 MB
+    # 3 keys above the bound the jobs got from --env (not MXNet's default, under which keys 0
+    # and 2 would go whole to server 0): sliced evenly, each server moves half of the 8 MB
     assert [r["busiest_server_mb_per_step"] for r in result["rows"]] == \
-        pytest.approx([8, 16 / 3], rel=1e-5)
+        pytest.approx([8, 4], rel=1e-5)
     assert result["recommended_servers"] in (1, 2)
     assert "recommended: -s" in out.stdout and "-s 2: 2 worker(s)" in out.stderr
 

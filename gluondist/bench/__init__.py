@@ -13,13 +13,18 @@ On one host every byte goes through the same memory and cores whatever S is: T(S
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Mapping, Optional, Sequence
+
+from .. import envvars as ev
+from ..launcher.errors import LaunchError
 
 PREFIX = "gluondist-bench "
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
+BIGARRAY_BOUND = 1000 * 1000  # MXNet's default MXNET_KVSTORE_BIGARRAY_BOUND
 
 
 def key_sizes(mbytes: float, keys: int) -> List[int]:
@@ -28,11 +33,10 @@ def key_sizes(mbytes: float, keys: int) -> List[int]:
     return [total // keys + (1 if i < total % keys else 0) for i in range(keys)]
 
 
-def busiest_share(sizes: Sequence[int], servers: int) -> float:
+def busiest_share(sizes: Sequence[int], servers: int, bound: int = BIGARRAY_BOUND) -> float:
     """The fraction of the elements that the busiest server holds, as MXNet 1.9.1 places keys
-    0..K-1: an array of at least MXNET_KVSTORE_BIGARRAY_BOUND elements is sliced evenly over
-    every server, a smaller one goes whole to server (key * 9973) % servers."""
-    bound = int(os.environ.get("MXNET_KVSTORE_BIGARRAY_BOUND", 1000 * 1000))
+    0..K-1: an array of at least ``bound`` (MXNET_KVSTORE_BIGARRAY_BOUND) elements is sliced
+    evenly over every server, a smaller one goes whole to server (key * 9973) % servers."""
     load = [0.0] * servers
     for key, size in enumerate(sizes):
         if size >= bound:
@@ -41,6 +45,17 @@ def busiest_share(sizes: Sequence[int], servers: int) -> float:
         else:
             load[(key * 9973) % servers] += size
     return max(load) / sum(sizes)
+
+
+def one_host(options, servers: Sequence[int]) -> bool:
+    """Whether every worker and server of each measured job is on one host, from the
+    resolved ``options`` (``-H``'s hosts and slots, or the Slurm allocation's nodes)."""
+    from ..launcher.plan import placement_of
+    for count in servers:
+        placed = placement_of(dataclasses.replace(options, num_servers=count))
+        if len({h.name for h in (*placed.servers, *placed.workers)}) > 1:
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -67,10 +82,10 @@ def predict(one_server_s: float, share: float, workers: int, one_host: bool) -> 
 
 
 def rows(steps_s: Sequence[float], servers: Sequence[int], workers: int,
-         sizes: Sequence[int], one_host: bool) -> List[Row]:
+         sizes: Sequence[int], one_host: bool, bound: int = BIGARRAY_BOUND) -> List[Row]:
     """The table, from the measured step time of each server count (``servers[0]`` need not
     be 1: the model is then calibrated from the smallest count, scaled to one server)."""
-    share = {s: busiest_share(sizes, s) for s in servers}
+    share = {s: busiest_share(sizes, s, bound) for s in servers}
     base = min(servers)
     base_s = steps_s[list(servers).index(base)]
     one_server_s = base_s if one_host else base_s / max(share[base], 1.0 / workers)
@@ -107,16 +122,27 @@ def format_table(table: Sequence[Row], recommended: int) -> List[str]:
 
 
 def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: int,
-        launch_job: Callable, show: Callable[[str, bool], None]):
+        launch_job: Callable, show: Callable[[str, bool], None],
+        base_env: Optional[Mapping[str, str]] = None):
     """One job per server count, through ``launch_job(options, show, record)``; returns
-    ``(table, recommended, failure)`` where failure is the failed job's LaunchResult."""
-    import dataclasses
+    ``(table, recommended, failure)`` where failure is the failed job's LaunchResult. The
+    model takes the placement and MXNET_KVSTORE_BIGARRAY_BOUND the jobs really get (``-H``,
+    Slurm, ``--env``; ``base_env`` is the launcher's environment)."""
+    from ..launcher.plan import user_value
+    from ..launcher.session import resolve
+    base_env = os.environ if base_env is None else base_env
+    command = (WORKER, str(mbytes), str(keys), str(steps))
+    resolved = resolve(dataclasses.replace(base_options, command=command), base_env)
+    bound = user_value(resolved, base_env, ev.MXNET_KVSTORE_BIGARRAY_BOUND)
+    try:
+        bound = int(bound) if bound is not None else BIGARRAY_BOUND
+    except ValueError:
+        raise LaunchError(f"MXNET_KVSTORE_BIGARRAY_BOUND={bound!r} is not a whole number of "
+                          "elements") from None
     measured = []
     for count in servers:
         lines: List[str] = []
-        options = dataclasses.replace(
-            base_options, num_servers=count,
-            command=(WORKER, str(mbytes), str(keys), str(steps)))
+        options = dataclasses.replace(base_options, num_servers=count, command=command)
         show(f"-s {count}: {options.num_workers} worker(s) push and pull {mbytes:g} MB in "
              f"{keys} key(s), {steps} steps", True)
         # the launcher's notes and reports are shown; the processes' own lines are not
@@ -129,7 +155,6 @@ def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: i
         if found is None:
             raise RuntimeError("worker 0 printed no result line")
         measured.append(found)
-    one_host = base_options.launcher == "local" or len(base_options.hosts) <= 1
     table = rows([m["step_s"] for m in measured], servers, base_options.num_workers,
-                 key_sizes(mbytes, keys), one_host)
+                 key_sizes(mbytes, keys), one_host(resolved, servers), bound)
     return table, recommend(table), None
