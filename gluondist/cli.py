@@ -225,10 +225,7 @@ def manifest_kubernetes(num_workers, num_servers, image, name, port, kvstore, gp
     scheduler, then the servers, then the workers) that fails, ending every pod, when any
     process fails."""
     import json
-    import re
     from .manifests import kubernetes
-    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?", name):
-        raise LaunchError(f"--name {name!r} must be a DNS label: lowercase letters, digits, '-'")
     objects = kubernetes(name, image, command, num_workers, num_servers, port, kvstore,
                          gpus_per_worker, _env_pairs(env_pairs), layout, active_deadline)
     output.write(json.dumps(objects, indent=2) + "\n")

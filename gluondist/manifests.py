@@ -12,10 +12,12 @@ launchers.
 from __future__ import annotations
 
 import copy
+import re
 from typing import Dict, List, Optional, Sequence
 
 from . import envvars as ev
 from .kinds import DIST_KINDS
+from .launcher.errors import LaunchError
 from .launcher.roles import is_python, job_env
 
 CONTAINER = "gluondist"
@@ -32,6 +34,22 @@ def _field(name: str, path: str) -> dict:
 
 
 LAYOUTS = ("one-job", "per-role")
+# Kubernetes' DNS-1035 label (a Service's name): a lowercase letter, then letters, digits and
+# '-', not ending in '-'; at most 42 characters here, leaving room for the per-role Jobs'
+# "-scheduler" and an index in their pods' 63-character hostnames.
+NAME = re.compile(r"[a-z]([-a-z0-9]{0,40}[a-z0-9])?")
+
+
+def check_names(name: str, image: str) -> None:
+    """Raise LaunchError unless Kubernetes would take ``name`` (see NAME) and ``image`` (a
+    non-empty reference; whitespace is never part of one)."""
+    if not NAME.fullmatch(name):
+        raise LaunchError(f"--name {name!r} must be a DNS-1035 label of at most 42 characters: "
+                          "lowercase letters, digits and '-', starting with a letter and not "
+                          "ending with '-'")
+    if not image or any(c.isspace() for c in image):
+        raise LaunchError(f"--image {image!r} must be an image reference such as "
+                          "registry/gluondist:1.0, non-empty and without whitespace")
 
 
 def scheduler_host(name: str, layout: str = "one-job") -> str:
@@ -65,6 +83,7 @@ def kubernetes(name: str, image: str, command: Sequence[str], num_workers: int,
     ``per-role``, one Indexed Job per role (each its own resources; GPUs for workers only), in
     which a failing worker fails only the workers' Job. ``active_deadline`` bounds every Job's
     run time (``activeDeadlineSeconds``)."""
+    check_names(name, image)
     if kvstore not in DIST_KINDS:
         raise ValueError(f"kvstore {kvstore!r} is not one of {', '.join(DIST_KINDS)}")
     if layout not in LAYOUTS:

@@ -81,10 +81,22 @@ def test_slurm_nodes_advertise_their_addresses_and_run_by_name():
     (dict(launcher="ssh", hosts=(Host("a"),), num_workers=2), "exceeds the 1 slots"),
     (dict(gpus_per_worker=-1), "--gpus-per-worker"),
     (dict(max_restarts=-1), "--max-restarts must be 0 or more"),
+    (dict(interface="eth1"), "--interface is for multi-host jobs"),
+    # gluondist.launch()'s arguments, which no click type checks
+    (dict(env={"A": 1}), r"--env 'A'=1: write KEY=VALUE, both strings"),
+    (dict(threads="2"), "--threads must be a whole number, at least 1, got '2'"),
+    (dict(num_workers=2.0), "-n/--num-workers must be a whole number, at least 1, got 2.0"),
+    (dict(start_timeout="5"), "--start-timeout must be positive"),
 ])
 def test_scale_out_options_are_checked(kwargs, message):
     with pytest.raises(LaunchError, match=message):
         LaunchOptions((str(SCRIPTS / "job.py"),), **kwargs).validate()
+
+
+def test_launchs_arguments_are_checked_before_anything_starts():
+    import gluondist
+    with pytest.raises(LaunchError, match="both strings"):  # not a TypeError from Popen
+        gluondist.launch(str(SCRIPTS / "job.py"), num_workers=2, env={"A": 1}, echo=False)
 
 
 def test_an_interface_replaces_the_node_address():

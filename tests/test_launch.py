@@ -200,6 +200,19 @@ def test_bad_input_is_one_line_and_exit_2(launch, args, message):
     assert job.out == ""
 
 
+def test_a_log_file_that_cannot_be_written_stops_the_launch_before_anything_starts(launch,
+                                                                                  tmp_path):
+    (tmp_path / "logs" / "worker.1.log").mkdir(parents=True)  # unwritable even for root
+    job = launch("-n", 2, "-s", 1, "--log-dir", "logs", JOB, "ok")
+    assert job.wait(timeout=30) == 2
+    lines = job.err.strip().splitlines()
+    assert lines[-1] == ("gluondist: error: log file 'logs/worker.1.log' cannot be written (a "
+                         "directory); remove it or give another --log-dir"), job.err
+    assert "Traceback" not in job.err
+    assert os.listdir(tmp_path / "logs") == ["worker.1.log"]  # no other log even opened
+    assert job.leftovers() == []
+
+
 def test_a_taken_scheduler_port_is_retried_on_another(tmp_path):
     import socket
     import uuid
@@ -281,7 +294,8 @@ def test_before_a_restart_the_launcher_says_which_attempt_failed(launch):
     assert "gluondist: attempt 1 failed: worker 1 failed first: exit code 3" in first
     assert "gluondist: exit code" not in first  # nothing that reads like the end
     assert "gluondist: worker 1 failed first: exit code 3" in last
-    assert last.strip().endswith("gluondist: exit code 3")
+    assert last.strip().endswith("gluondist: no restart left: all 1 of --max-restarts used\n"
+                                 "gluondist: exit code 3")
     assert job.leftovers() == []
 
 

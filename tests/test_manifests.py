@@ -86,7 +86,13 @@ def test_the_committed_example_is_what_the_command_writes():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--image", "i", "--name", "Bad_Name", "python"], "must be a DNS label"),
+    (["--image", "i", "--name", "Bad_Name", "python"], "must be a DNS-1035 label"),
+    (["--image", "i", "--name", "1job", "python"], "--name '1job' must be a DNS-1035 label"),
+    (["--image", "i", "--name", "job-", "python"], "must be a DNS-1035 label"),
+    (["--image", "i", "--name", "a" * 43, "python"], "at most 42 characters"),
+    (["--image", "", "python"], "--image '' must be an image reference"),
+    (["--image", "my image:tag", "python"], "non-empty and without whitespace"),
+    (["--image", "img:1\n", "python"], "without whitespace"),
     (["--name", "x", "python"], "Missing option '--image'"),
     (["--image", "i", "-n", "0", "python"], "0 is not in the range x>=1"),
 ])

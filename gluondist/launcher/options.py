@@ -73,16 +73,16 @@ class LaunchOptions:
             raise LaunchError(f"command {head!r} not found on PATH")
         for name, value in (("-n/--num-workers", self.num_workers),
                             ("-s/--num-servers", self.num_servers)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not _whole(value) or value < 1:
                 hint = " (a parameter-server job needs a server)" if "server" in name else ""
-                raise LaunchError(f"{name} must be at least 1, got {value!r}{hint}")
+                raise LaunchError(f"{name} must be a whole number, at least 1, got {value!r}"
+                                  f"{hint}")
         if self.kvstore not in DIST_KINDS:
             raise LaunchError(f"--kvstore {self.kvstore!r} is not a distributed kind; use one "
                               f"of {', '.join(DIST_KINDS)}")
-        if not self.start_timeout > 0:
+        if not _number(self.start_timeout) or not self.start_timeout > 0:
             raise LaunchError(f"--start-timeout must be positive, got {self.start_timeout!r}")
-        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) \
-                or self.max_restarts < 0:
+        if not _whole(self.max_restarts) or self.max_restarts < 0:
             raise LaunchError(f"--max-restarts must be 0 or more, got {self.max_restarts!r}")
         if self.launcher not in LAUNCHERS:
             raise LaunchError(f"unknown launcher {self.launcher!r}; use one of "
@@ -96,22 +96,26 @@ class LaunchOptions:
                               "salloc); none found (SLURM_JOB_ID is unset)")
         if self.hosts:
             place(self.hosts, self.num_workers, self.num_servers, self.hosts_source)
-        if isinstance(self.gpus_per_worker, bool) or not isinstance(self.gpus_per_worker, int) \
-                or self.gpus_per_worker < 0:
+        if not _whole(self.gpus_per_worker) or self.gpus_per_worker < 0:
             raise LaunchError(f"--gpus-per-worker must be 0 or more, got {self.gpus_per_worker!r}")
         if self.scheduler_address is not None and not self.hosts:
             raise LaunchError("--scheduler-address is for multi-host jobs (--launcher ssh or "
                               "slurm); a local job binds 127.0.0.1")
         if self.ssh_config is not None and not os.path.isfile(self.ssh_config):
             raise LaunchError(f"--ssh-config {self.ssh_config!r} not found")
-        if self.threads is not None and self.threads < 1:
-            raise LaunchError(f"--threads must be at least 1, got {self.threads!r}")
-        bad = [k for k in self.env if not k or "=" in k]
+        if self.threads is not None and (not _whole(self.threads) or self.threads < 1):
+            raise LaunchError(f"--threads must be a whole number, at least 1, got "
+                              f"{self.threads!r}")
+        bad = [k for k, v in self.env.items() if not isinstance(k, str) or not k or "=" in k
+               or not isinstance(v, str)]
         if bad:
-            raise LaunchError(f"--env {bad[0]!r}: write KEY=VALUE")
+            raise LaunchError(f"--env {bad[0]!r}={self.env[bad[0]]!r}: write KEY=VALUE, both "
+                              "strings")
+        if self.interface is not None and self.launcher == "local":
+            raise LaunchError("--interface is for multi-host jobs (--launcher ssh or slurm); "
+                              "a local job binds 127.0.0.1")
         if self.stall_timeout is not None:
-            if isinstance(self.stall_timeout, bool) or not isinstance(
-                    self.stall_timeout, (int, float)) or not self.stall_timeout > 0:
+            if not _number(self.stall_timeout) or not self.stall_timeout > 0:
                 raise LaunchError(f"--stall-timeout must be a positive number of seconds, got "
                                   f"{self.stall_timeout!r}")
             if self.launcher == "slurm":
@@ -120,6 +124,14 @@ class LaunchOptions:
         if self.log_dir is not None:
             _check_log_dir(self.log_dir)
         return self
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _check_log_dir(path: str) -> None:

@@ -29,6 +29,7 @@ from typing import Callable, Deque, List, Optional, Sequence, Tuple
 
 from .. import envvars as ev
 from . import errorfile
+from .errors import LaunchError
 from .plan import ProcessSpec
 from .roles import runs_bootstrap
 
@@ -207,23 +208,38 @@ class ProcessGroup:
         to_the_end(self._start)
 
     def _start(self) -> None:
+        logs = self._open_logs()  # first: a log that cannot be written stops nothing
         self._reaper = subprocess.Popen([sys.executable, "-c", REAPER], stdin=subprocess.PIPE,
                                         start_new_session=True)
         self._errors_dir = tempfile.mkdtemp(prefix="gluondist-errors-")
-        for spec in self.specs:
-            log = None
-            if self.log_dir is not None:
-                name = spec.log_name
-                if self.restart:
-                    name = name.replace(".log", f".restart{self.restart}.log")
-                log = open(os.path.join(self.log_dir, name), "wb")
-                self._logs.append(log)
+        for spec, log in zip(self.specs, logs):
             worker = spec.role == "worker"
             error_file = os.path.join(self._errors_dir, f"{spec.log_name}.error.json") \
                 if worker else None
             proc, side = self.transport.spawn(spec, self.progress and worker, error_file)
             self._tell_reaper(f"+ {proc.pid}")
             self.children.append(Child(spec, proc, self.on_line, log, side, error_file))
+
+    def _open_logs(self) -> list:
+        """Each spec's log file (None without a log directory), all opened before any process
+        starts; one that cannot be opened is a LaunchError naming it."""
+        if self.log_dir is None:
+            return [None] * len(self.specs)
+        paths = [os.path.join(self.log_dir, s.log_name.replace(
+            ".log", f".restart{self.restart}.log") if self.restart else s.log_name)
+            for s in self.specs]
+        for path in paths:  # none is truncated unless all can be written
+            if os.path.isdir(path) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+                _unwritable(path, "a directory" if os.path.isdir(path) else "not writable")
+        for path in paths:
+            try:
+                self._logs.append(open(path, "wb"))
+            except OSError as exc:
+                for log in self._logs:
+                    log.close()
+                self._logs = []
+                _unwritable(path, exc.strerror)
+        return list(self._logs)
 
     def poll(self) -> List[Exited]:
         """Processes that exited since the last call, in the order noticed."""
@@ -303,6 +319,11 @@ class ProcessGroup:
             self._reaper.stdin.flush()
         except (BrokenPipeError, ValueError):
             pass
+
+
+def _unwritable(path: str, why: str) -> None:
+    raise LaunchError(f"log file {path!r} cannot be written ({why}); remove it or give "
+                      "another --log-dir")
 
 
 def to_the_end(fn: Callable, hurry: Optional[threading.Event] = None):

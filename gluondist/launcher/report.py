@@ -73,7 +73,9 @@ def final_lines(result: LaunchResult) -> List[str]:
     if result.failure is None:
         return [f"{P}succeeded after {len(result.restarts)} restart(s)"] if result.restarts \
             else []
-    return failure_lines(result) + [exit_line(result)]
+    used = [f"{P}no restart left: all {len(result.restarts)} of --max-restarts used"] \
+        if result.restarts else []
+    return failure_lines(result) + used + [exit_line(result)]
 
 
 def exit_line(result: LaunchResult) -> str:
