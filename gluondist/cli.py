@@ -88,7 +88,7 @@ def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs,
                             scheduler_address=scheduler_address, stall_timeout=stall_timeout)
     cores = os.cpu_count() or 1
     if dry_run:
-        _print_plan(plan_only(options, os.environ, cores))
+        _print_plan(plan_only(options, os.environ, cores), options)
         return
     result = _supervised(lambda stop: launch_job(options, terminal(), base_env=os.environ,
                                                  cores=cores, stop=stop))
@@ -185,11 +185,22 @@ def _env_pairs(pairs) -> dict:
     return env
 
 
-def _print_plan(plan: LaunchPlan) -> None:
+def _print_plan(plan: LaunchPlan, options: LaunchOptions) -> None:
+    from .launcher.process import added_at_start
     for spec in plan.specs:
         click.echo(f"{spec.label} on {spec.host}: {shlex.join(spec.argv)}")
         for key, value in spec.env.items():
-            click.echo(f"    {key}={value}")
+            click.echo(f"    {key}={_quoted(value)}")
+        for key, what in added_at_start(spec, options.launcher,
+                                        options.stall_timeout is not None).items():
+            click.echo(f"    {key}={what}")
+
+
+def _quoted(value: str) -> str:
+    """A value as a shell reads it back, on one line ($'...' for a newline or a tab)."""
+    if value.isprintable():
+        return shlex.quote(value)
+    return "$'" + value.encode("unicode_escape").decode("ascii").replace("'", "\\'") + "'"
 
 
 @cli.group()

@@ -144,8 +144,9 @@ def test_signals_to_the_launcher_stop_the_job(launch, tmp_path, sig, code, name)
 
 
 def test_sigkill_to_the_launcher_still_ends_its_children(launch, tmp_path):
-    job = launch("-n", 2, "-s", 1, JOB, "hang", "all")
-    wait_until(lambda: len(list(tmp_path.glob("*.hanging"))) == 2, message="the job to run")
+    # the workers' own children too, though in process groups of their own
+    job = launch("-n", 2, "-s", 1, JOB, "stubborn", "all")
+    wait_until(lambda: len(list(tmp_path.glob("*.grandchild"))) == 2, message="the job to run")
     job.proc.send_signal(signal.SIGKILL)
     job.proc.wait()
     assert job.leftovers(timeout=10) == []

@@ -111,6 +111,17 @@ def test_dry_run_prints_every_process_and_starts_none(tmp_path):
     assert "    DMLC_ROLE=worker" in proc.stdout and "    GLUONDIST_RANK=1" in proc.stdout
 
 
+def test_dry_run_shows_what_starting_adds_and_quotes_values_for_a_shell():
+    proc = run_cli("launch", "--dry-run", "-n", "1", "-s", "1", "--stall-timeout", "60",
+                   "--env", "NOTE=two\nlines", "--env", "SPACED=a b", JOB)
+    assert proc.returncode == 0, proc.stderr
+    worker = proc.stdout.split("worker 0 on ")[1]
+    assert "    GLUONDIST_ERROR_FILE=<a file in the launcher's temporary directory>" in worker
+    assert "    GLUONDIST_PROGRESS_FD=<a pipe's write end, for the heartbeats>" in worker
+    assert "    NOTE=$'two\\nlines'" in worker and "    SPACED='a b'" in worker
+    assert all(l.startswith("    ") or " on " in l for l in proc.stdout.splitlines())
+
+
 def test_env_reports_the_build():
     proc = run_cli("env")
     assert proc.returncode == 0, proc.stderr

@@ -27,12 +27,14 @@ def _role_alive(tag, role):
 
 def test_sigterm_is_a_request_the_monitor_acts_on_and_the_cleanup_runs(launch, tmp_path):
     # Workers that ignore SIGTERM keep the teardown in its 5-s wait; more SIGTERMs and a
-    # SIGHUP land there. The job still ends whole: everything stopped, the error-record
-    # directory (under TMPDIR) removed, exit 143.
+    # SIGHUP land there. The job still ends whole: everything stopped (the workers' children
+    # in process groups of their own too), the error-record directory (under TMPDIR)
+    # removed, exit 143.
     (tmp_path / "tmp").mkdir()
     job = launch("-n", 2, "-s", 1, "--log-dir", "logs", JOB, "stubborn", "all",
                  env={"TMPDIR": str(tmp_path / "tmp")})
     wait_until(lambda: len(list(tmp_path.glob("*.hanging"))) == 2, message="the job to run")
+    wait_until(lambda: len(list(tmp_path.glob("*.grandchild"))) == 2, message="grandchildren")
     assert os.listdir(tmp_path / "tmp")  # the launcher's error-record directory
     job.proc.send_signal(signal.SIGTERM)
     wait_until(lambda: not _role_alive(job.tag, "server"), message="the teardown to begin")

@@ -50,6 +50,13 @@ for pgid in groups:  # EOF without "done": the launcher died
         os.killpg(pgid, signal.SIGKILL)
     except OSError:
         pass
+for pid in filter(str.isdigit, os.listdir("/proc")):  # and what left a group, not a session
+    try:
+        with open("/proc/%s/stat" % pid, "rb") as f:
+            if int(f.read().rsplit(b")", 1)[1].split()[3]) in groups:
+                os.kill(int(pid), signal.SIGKILL)
+    except (OSError, ValueError, IndexError):
+        pass
 """
 
 
@@ -91,6 +98,17 @@ class LocalTransport:
 
     def tree_cpu(self, child: "Child") -> Optional[float]:
         return session_cpu(child.proc.pid)
+
+
+def added_at_start(spec: ProcessSpec, launcher: str, progress: bool) -> dict:
+    """What a process gets on top of its spec's environment when it is started, as
+    descriptions (the values exist only then): a worker's error file and progress pipe."""
+    added = {}
+    if spec.role == "worker" and launcher != "slurm":
+        added[ev.GLUONDIST_ERROR_FILE] = "<a file in the launcher's temporary directory>"
+    if spec.role == "worker" and progress:
+        added[ev.GLUONDIST_PROGRESS_FD] = "<a pipe's write end, for the heartbeats>"
+    return added
 
 
 @dataclass
@@ -274,13 +292,13 @@ class ProcessGroup:
     def _close(self, timeout: float, hurry: threading.Event) -> List[ProcessSpec]:
         stopped = [c.spec for c in self.running()]
         for child in self.running():
-            _killpg(child.proc.pid, signal.SIGTERM)
+            _signal_tree(child.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while self.running() and time.monotonic() < deadline and not hurry.is_set():
             self.poll()
             time.sleep(0.02)
         for child in self.children:  # leftovers, and anything the children left behind
-            _killpg(child.proc.pid, signal.SIGKILL)
+            _signal_tree(child.proc.pid, signal.SIGKILL)
         self._reap()
         for child in self.children:
             child.error_record()  # read before the files go
@@ -390,14 +408,14 @@ def _kill(pid: int, sig: int) -> None:
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def session_cpu(sid: int) -> Optional[float]:
-    """CPU seconds (user + system) of the live processes of session ``sid`` (a child started
-    with start_new_session has sid == its pid), from /proc; None where there is no /proc."""
-    total, found = 0, False
+def _session_stats(sid: int):
+    """``(pid, stat fields after "(comm)")`` of the live processes of session ``sid`` (a child
+    started with start_new_session has sid == its pid), from /proc; None without /proc."""
     try:
         entries = os.listdir("/proc")
     except OSError:
         return None
+    found = []
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -406,10 +424,27 @@ def session_cpu(sid: int) -> Optional[float]:
                 fields = f.read().rsplit(b")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[3]) == sid:  # fields after "(comm)": state ppid pgrp session ...
-            total += int(fields[11]) + int(fields[12])  # utime stime
-            found = True
-    return total / _TICK if found else None
+        if int(fields[3]) == sid:  # state ppid pgrp session ...
+            found.append((int(entry), fields))
+    return found
+
+
+def session_cpu(sid: int) -> Optional[float]:
+    """CPU seconds (user + system) of the live processes of session ``sid``; None where there
+    is no /proc or no such process."""
+    found = _session_stats(sid)
+    if not found:
+        return None
+    return sum(int(f[11]) + int(f[12]) for _, f in found) / _TICK  # utime stime
+
+
+def _signal_tree(pid: int, sig: int) -> None:
+    """``sig`` to a child's process group and to every process of its session: a
+    grandchild that made a group of its own (setpgid, a shell's job control) is still
+    reached; only one that started a session of its own leaves."""
+    _killpg(pid, sig)
+    for member, _ in _session_stats(pid) or ():
+        _kill(member, sig)
 
 
 def describe_exit(returncode: int) -> str:

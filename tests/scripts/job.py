@@ -8,7 +8,8 @@ traceback longer than the launcher's log tail); `raisefirst` makes the acting wo
 is slow to format and write <rank>.raising while it is being formatted (after the bootstrap took
 its failure time, so the order of the two is unambiguous), and every other worker raise as soon
 as it sees that file. `argv` prints the arguments and exits; `nojoin` makes the acting worker
-sleep instead of joining; `stubborn` is `hang` ignoring SIGTERM; `linger T` makes it sleep,
+sleep instead of joining; `stubborn` is `hang` ignoring SIGTERM, with a child
+in a process group of its own; `linger T` makes it sleep,
 after training, until the time T (time.time()); `unicode` makes it write 3,000 lines of UTF-8
 (more than a pipe holds) and then `unicode done`. Finished workers write <rank>.done.
 """
@@ -69,7 +70,11 @@ if acts:
     if action == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     if action in ("hang", "stubborn"):
-        if action == "stubborn":
+        if action == "stubborn":  # also leaves a child in a process group of its own
+            import subprocess
+            subprocess.Popen([sys.executable, "-c", "import os, time\nos.setpgrp()\n"
+                              "open('%d.grandchild' % os.getppid(), 'w').close()\n"
+                              "time.sleep(600)"])
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         open(f"{rank}.hanging", "w").close()
         time.sleep(600)
