@@ -109,7 +109,9 @@ def _supervised(run):
         _say("interrupted (SIGINT): stopped every process of the job")
         sys.exit(130)
     except Stopped as exc:
-        _say(f"terminated ({signal.Signals(exc.signum).name}): stopped every process of the job")
+        what = f"left {', '.join(exc.left)} behind" if exc.left else \
+            "stopped every process of the job"
+        _say(f"terminated ({signal.Signals(exc.signum).name}): {what}")
         sys.exit(128 + exc.signum)
 
 

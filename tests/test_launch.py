@@ -180,9 +180,9 @@ def test_any_command_after_a_double_dash(launch, tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["missing.py"], "script 'missing.py' not found"),
-    (["-n", "0", JOB], "-n/--num-workers must be at least 1"),
+    (["-n", "0", JOB], "-n/--num-workers must be a whole number, at least 1"),
     (["-s", "0", JOB], "a parameter-server job needs a server"),
-    (["-s", "-1", JOB], "-s/--num-servers must be at least 1"),
+    (["-s", "-1", JOB], "-s/--num-servers must be a whole number, at least 1"),
     (["--kvstore", "local", JOB], "--kvstore 'local' is not a distributed kind"),
     (["--log-dir", "/proc/nope", JOB], "--log-dir '/proc/nope' cannot be created"),
     (["--env", "NOVALUE", JOB], "write KEY=VALUE"),

@@ -127,6 +127,7 @@ def test_a_process_that_cannot_die_is_named_and_the_launcher_still_exits(launch,
         line = next(l for l in job.err.splitlines() if "after SIGKILL" in l)
         assert line.startswith("gluondist: worker 0 (pid ") and "did not die after SIGKILL, in state D (disk sleep)" in line
         assert "gluondist: stopped scheduler, server 0, worker 0" in job.err, job.err
+        assert "gluondist: terminated (SIGTERM): left worker 0 behind" in job.err
     finally:
         daemon.kill()  # closing /dev/fuse aborts the connection: the worker can die now
         daemon.wait()

@@ -9,9 +9,10 @@ class Stopped(Exception):
     """The job was stopped on request (a signal the CLI turned into a :class:`StopRequest`);
     raised once every process is down."""
 
-    def __init__(self, signum: int):
+    def __init__(self, signum: int, left=()):
         super().__init__(f"stopped by signal {signum}")
         self.signum = signum
+        self.left = list(left)  # processes that did not die (see ProcessGroup.unreaped)
 
 
 class StopRequest:

@@ -205,7 +205,7 @@ def _attempt(options, plan, on_line, transport, restarts, show, stop) -> LaunchR
         if (result is None or result.signal) and stopped:  # an interrupt: what it took down
             show(f"gluondist: stopped {', '.join(s.label for s in stopped)}", True)
     if result.signal:
-        raise Stopped(result.signal)
+        raise Stopped(result.signal, [label for label, _, _ in group.unreaped])
     result.stopped = [s.label for s in stopped]
     result.unreaped = [label for label, _, _ in group.unreaped]
     return rank_failures(result, group)
