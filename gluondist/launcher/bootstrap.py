@@ -49,6 +49,8 @@ def _fail(code: int) -> None:
         grace = float(os.environ.get(envvars.GLUONDIST_EXIT_GRACE, EXIT_GRACE))
     except ValueError:
         grace = EXIT_GRACE
+    if not 0 <= grace <= 86400:  # nan too
+        grace = EXIT_GRACE
     timer = threading.Timer(grace, _leave, (code,))
     timer.daemon = True
     timer.start()

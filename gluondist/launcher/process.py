@@ -325,6 +325,10 @@ class ProcessGroup:
                     all(child.spec.label != u[0] for u in self.unreaped):
                 self.unreaped.append((child.spec.label, child.proc.pid,
                                       process_state(child.proc.pid)))
+        # what the children left in their sessions got the SIGKILL too: see it gone
+        while time.monotonic() < deadline and any(
+                f[0] != b"Z" for c in self.children for _, f in _session_stats(c.proc.pid) or ()):
+            time.sleep(0.02)
         for child in self.children:
             for reader in (child.reader, child.side_reader):
                 if reader is not None:
