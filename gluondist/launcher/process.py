@@ -326,8 +326,8 @@ class ProcessGroup:
                 self.unreaped.append((child.spec.label, child.proc.pid,
                                       process_state(child.proc.pid)))
         # what the children left in their sessions got the SIGKILL too: see it gone
-        while time.monotonic() < deadline and any(
-                f[0] != b"Z" for c in self.children for _, f in _session_stats(c.proc.pid) or ()):
+        while time.monotonic() < deadline and any(session_pids(c.proc.pid)
+                                                  for c in self.children):
             time.sleep(0.02)
         for child in self.children:
             for reader in (child.reader, child.side_reader):
@@ -442,12 +442,17 @@ def session_cpu(sid: int) -> Optional[float]:
     return sum(int(f[11]) + int(f[12]) for _, f in found) / _TICK  # utime stime
 
 
+def session_pids(sid: int) -> List[int]:
+    """Live (not zombie) pids of session ``sid``, its process groups included, from /proc."""
+    return [pid for pid, fields in _session_stats(sid) or () if fields[0] != b"Z"]
+
+
 def _signal_tree(pid: int, sig: int) -> None:
     """``sig`` to a child's process group and to every process of its session: a
     grandchild that made a group of its own (setpgid, a shell's job control) is still
     reached; only one that started a session of its own leaves."""
     _killpg(pid, sig)
-    for member, _ in _session_stats(pid) or ():
+    for member in session_pids(pid):
         _kill(member, sig)
 
 

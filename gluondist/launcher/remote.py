@@ -37,7 +37,7 @@ from typing import Optional
 
 from .. import __version__
 from .. import envvars as ev
-from .process import STACK_SIGNAL, session_cpu
+from .process import STACK_SIGNAL, session_cpu, session_pids
 
 PROTOCOL = 1
 KILL_AFTER = 5.0  # SIGTERM, then SIGKILL this much later
@@ -145,20 +145,6 @@ class Remote:
                 pass
             shutil.rmtree(os.path.dirname(self.error_file), ignore_errors=True)
         return 128 - code if code < 0 else code
-
-
-def session_pids(sid: int):
-    """Live pids of session ``sid`` (its process groups included), from /proc."""
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and fields[0] != b"Z":
-            found.append(int(entry))
-    return found
 
 
 def run(job: dict, stdin) -> int:
