@@ -55,6 +55,10 @@ def cli():
 @click.option("-H", "--hostfile", "--hosts", "hosts_arg", metavar="HOSTFILE|HOST:SLOTS,...",
               envvar=ev.GLUONDIST_HOSTS,
               help="A hostfile (lines `host slots=N`) or inline host1:2,host2:2.")
+@click.option("--server-hosts", "server_hosts_arg", metavar="HOSTFILE|HOST:N,...",
+              envvar=ev.GLUONDIST_SERVER_HOSTS,
+              help="Put the servers on these hosts, N per host (default 1), round-robin, "
+                   "instead of on -H's hosts (--launcher ssh).")
 @click.option("--interface", default=None, help="Network interface ps-lite uses on each host.")
 @click.option("--gpus-per-worker", type=int, default=0, show_default=True,
               help="Give each worker its own GPUs on its host (CUDA_VISIBLE_DEVICES).")
@@ -70,8 +74,8 @@ def cli():
 @click.option("--dry-run", is_flag=True, help="Print every process to start, start none.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs, threads,
-           max_restarts, launcher_kind, hosts_arg, interface, gpus_per_worker, ssh_config,
-           scheduler_address, stall_timeout, dry_run, command):
+           max_restarts, launcher_kind, hosts_arg, server_hosts_arg, interface, gpus_per_worker,
+           ssh_config, scheduler_address, stall_timeout, dry_run, command):
     """Run COMMAND (SCRIPT.py [ARGS] or -- ANY COMMAND) as a parameter-server job: a
     scheduler, servers and workers on this machine (or, with --launcher ssh|slurm, on other
     hosts), watched until the end.
@@ -83,7 +87,8 @@ def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs,
                             start_timeout=start_timeout, log_dir=log_dir,
                             env=_env_pairs(env_pairs), threads=threads,
                             max_restarts=max_restarts, launcher=launcher_kind,
-                            hosts=hosts_arg or (), interface=interface,
+                            hosts=hosts_arg or (), server_hosts=server_hosts_arg or (),
+                            interface=interface,
                             gpus_per_worker=gpus_per_worker, ssh_config=ssh_config,
                             scheduler_address=scheduler_address, stall_timeout=stall_timeout)
     cores = os.cpu_count() or 1
@@ -144,37 +149,52 @@ def _server_counts(ctx, param, value):
               envvar=ev.GLUONDIST_LAUNCHER)
 @click.option("-H", "--hostfile", "--hosts", "hosts_arg", metavar="HOSTFILE|HOST:SLOTS,...",
               envvar=ev.GLUONDIST_HOSTS)
+@click.option("--server-hosts", "server_hosts_arg", metavar="HOSTFILE|HOST:N,...",
+              envvar=ev.GLUONDIST_SERVER_HOSTS,
+              help="Also measure every server count with the servers on these hosts.")
+@click.option("--chunk-bytes", type=click.IntRange(min=0), default=None,
+              help="Bytes per kvstore chunk of a big array, as fit sends them [default: "
+                   "gluondist.kvstore.CHUNK_BYTES; 0: whole].")
+@click.option("--unchunked", is_flag=True,
+              help="Also measure each row with every array sent whole.")
 @click.option("--interface", default=None)
 @click.option("--ssh-config", type=click.Path(dir_okay=False), default=None)
 @click.option("--scheduler-address", default=None)
 @click.option("--start-timeout", type=float, default=300.0, show_default=True)
 @click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE")
 def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, launcher_kind,
-                  hosts_arg, interface, ssh_config, scheduler_address, start_timeout,
-                  env_pairs):
-    """Run a dist_sync job per server count whose workers push and pull MBYTES per step, and
-    print the step time, the bytes each worker and server moves, the throughput and the cost
-    model's prediction; then recommend the fewest servers within 10% of the best."""
+                  hosts_arg, server_hosts_arg, chunk_bytes, unchunked, interface, ssh_config,
+                  scheduler_address, start_timeout, env_pairs):
+    """Run a dist_sync job per server count (and layout, with --server-hosts) whose workers
+    push and pull MBYTES per step the way fit does, and print the step time, the cost model's
+    prediction and its error, the efficiency against the raw TCP bound and the bytes each
+    worker and the busiest server move; then recommend the fewest servers within 10% of the
+    best, and where to put them."""
     import json
     import math
     from .bench import format_table, run
+    from .kvstore import CHUNK_BYTES
     if not math.isfinite(mbytes):
         raise click.BadParameter(f"{mbytes} is not a number of megabytes", param_hint="--mbytes")
     options = LaunchOptions(("bench",), num_workers, servers[0], "dist_sync",
                             start_timeout=start_timeout, env=_env_pairs(env_pairs),
-                            launcher=launcher_kind, hosts=hosts_arg or (), interface=interface,
+                            launcher=launcher_kind, hosts=hosts_arg or (),
+                            server_hosts=server_hosts_arg or (), interface=interface,
                             ssh_config=ssh_config, scheduler_address=scheduler_address)
     show = terminal()
+    chunk = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
     table, recommended, failed = _supervised(lambda stop: run(
         options, servers, mbytes, keys, steps,
-        lambda opts, shw, rec: launch_job(opts, shw, rec, base_env=os.environ, stop=stop), show))
+        lambda opts, shw, rec: launch_job(opts, shw, rec, base_env=os.environ, stop=stop), show,
+        chunk, unchunked))
     if failed is not None:
         sys.exit(failed.exit_code)
     for line in format_table(table, recommended):
         click.echo(line)
     if as_json:
         click.echo(json.dumps({"rows": [r.as_dict() for r in table],
-                               "recommended_servers": recommended}))
+                               "recommended_servers": recommended.servers,
+                               "recommended_layout": recommended.layout}))
 
 
 def _env_pairs(pairs) -> dict:

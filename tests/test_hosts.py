@@ -115,3 +115,54 @@ def test_a_scheduler_behind_nat_is_reached_at_its_public_address():
     assert [s.env.get("DMLC_USE_KUBERNETES") for s in plan.specs] == ["1", None, None]
     with pytest.raises(LaunchError, match="--scheduler-address is for multi-host jobs"):
         LaunchOptions((str(SCRIPTS / "job.py"),), scheduler_address="1.2.3.4").validate()
+
+
+def test_servers_on_hosts_of_their_own_round_robin_n_per_host():
+    a, b = Host("a"), Host("b")
+    s, t = Host("s", 2), Host("t")
+    assert place((a, b), 2, 3, server_hosts=(s, t)) == Placement(a, (s, t, s), (a, b), (0, 0))
+    assert place((a, b), 2, 1, server_hosts=(s, t)).servers == (s,)
+    with pytest.raises(LaunchError, match=r"-s 4 exceeds the 3 server slots in --server-hosts "
+                                          r"s:2,t; lower -s or give more \(HOST:N takes N"):
+        place((a, b), 2, 4, server_hosts=(s, t), server_source="--server-hosts s:2,t")
+
+
+def test_the_plan_puts_servers_on_the_server_hosts_and_the_scheduler_on_the_first_host():
+    options = LaunchOptions(("true",), 2, 2, launcher="ssh", hosts=(Host("a"), Host("b")),
+                            server_hosts=(Host("s"), Host("t")))
+    plan = build_plan(options.validate(), 9000, range(9001, 9005), cores=2, base_env={})
+    assert [(p.label, p.host, p.env["DMLC_NODE_HOST"]) for p in plan.specs] == [
+        ("scheduler", "a", "a"), ("server 0", "t", "t"), ("server 1", "s", "s"),
+        ("worker 0", "b", "b"), ("worker 1", "a", "a")]
+    assert options.all_hosts == (Host("a"), Host("b"), Host("s"), Host("t"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--server-hosts", "s:1"], "--server-hosts puts the servers on hosts of their own, which "
+                                "needs --launcher ssh"),
+    (["--launcher", "ssh", "-H", "a:1,b:1", "--server-hosts", "s:1,s:2"],
+     "--server-hosts 's:1,s:2' names host 's' twice"),
+    (["--launcher", "ssh", "-H", "a:1,b:1", "--server-hosts", "s:0"],
+     "--server-hosts 's:0': write HOST:SLOTS"),
+    (["--launcher", "ssh", "-H", "a:1,b:1", "-s", "3", "--server-hosts", "s:2"],
+     "-s 3 exceeds the 2 server slots in --server-hosts s:2"),
+    (["--launcher", "ssh", "-H", "a:1,b:1", "--server-hosts", "missing-file"],
+     "--server-hosts 'missing-file': No such file or directory; give a hostfile or HOST:N"),
+])
+def test_bad_server_hosts_are_one_line_and_exit_2(args, message, tmp_path):
+    from conftest import run_cli
+    out = run_cli("launch", "-n", 2, *args, "--dry-run", "--", "true")
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_dry_run_shows_the_servers_on_their_hosts(tmp_path):
+    from conftest import run_cli
+    hostfile = tmp_path / "servers.txt"
+    hostfile.write_text("s slots=2\n")
+    out = run_cli("launch", "-n", 2, "-s", 2, "--launcher", "ssh", "-H", "a:1,b:1",
+                  "--server-hosts", hostfile, "--dry-run", "--", "true")
+    assert out.returncode == 0, out.stderr
+    placed = [line.split(":")[0] for line in out.stdout.splitlines() if " on " in line]
+    assert placed == ["scheduler on a", "server 0 on s", "server 1 on s", "worker 0 on b",
+                      "worker 1 on a"]

@@ -38,15 +38,15 @@ def parse_hostfile(text: str, source: str = "hostfile") -> Tuple[Host, ...]:
     return _no_repeats(hosts, source)
 
 
-def parse_inline(text: str) -> Tuple[Host, ...]:
+def parse_inline(text: str, flag: str = "-H") -> Tuple[Host, ...]:
     """``host1:2,host2:2`` (slots default 1)."""
     hosts = []
     for part in text.split(","):
         name, _, slots = part.strip().partition(":")
         if not name or (slots and (not slots.isdigit() or int(slots) < 1)):
-            raise LaunchError(f"-H {text!r}: write HOST:SLOTS,HOST:SLOTS (slots >= 1)")
+            raise LaunchError(f"{flag} {text!r}: write HOST:SLOTS,HOST:SLOTS (slots >= 1)")
         hosts.append(Host(name, int(slots or 1)))
-    return _no_repeats(hosts, f"-H {text!r}")
+    return _no_repeats(hosts, f"{flag} {text!r}")
 
 
 def _no_repeats(hosts: List[Host], source: str) -> Tuple[Host, ...]:
@@ -67,9 +67,11 @@ class Placement:
 
 
 def place(hosts: Sequence[Host], num_workers: int, num_servers: int,
-          source: str = "the hosts") -> Placement:
-    """Scheduler on the first host, servers spread round-robin over the hosts, workers filling
-    each host's slots in order."""
+          source: str = "the hosts", server_hosts: Sequence[Host] = (),
+          server_source: str = "--server-hosts") -> Placement:
+    """Scheduler on the first host, workers filling each host's slots in order, servers
+    round-robin over the hosts, or over ``server_hosts`` (each host's ``slots`` are then the
+    servers it takes)."""
     total = sum(h.slots for h in hosts)
     if num_workers > total:
         raise LaunchError(f"-n {num_workers} exceeds the {total} slots in {source}; "
@@ -79,8 +81,27 @@ def place(hosts: Sequence[Host], num_workers: int, num_servers: int,
         for i in range(min(host.slots, num_workers - len(workers))):
             workers.append(host)
             local.append(i)
-    servers = tuple(hosts[i % len(hosts)] for i in range(num_servers))
+    if server_hosts:
+        servers = _round_robin(server_hosts, num_servers, server_source)
+    else:
+        servers = tuple(hosts[i % len(hosts)] for i in range(num_servers))
     return Placement(hosts[0], servers, tuple(workers), tuple(local))
+
+
+def _round_robin(hosts: Sequence[Host], count: int, source: str) -> Tuple[Host, ...]:
+    """``count`` places taken one per host in turn, each host at most ``slots`` times."""
+    capacity = sum(h.slots for h in hosts)
+    if count > capacity:
+        raise LaunchError(f"-s {count} exceeds the {capacity} server slots in {source}; "
+                          "lower -s or give more (HOST:N takes N servers)")
+    taken: List[Host] = []
+    left = {h.name: h.slots for h in hosts}
+    while len(taken) < count:
+        for host in hosts:
+            if left[host.name] and len(taken) < count:
+                taken.append(host)
+                left[host.name] -= 1
+    return tuple(taken)
 
 
 def parse_slurm_tasks(nodes: Sequence[str], tasks_per_node: str,

@@ -34,6 +34,10 @@ class LaunchOptions:
     # path or host1:2,host2:2
     hosts: Union[Tuple, str] = ()
     hosts_source: str = "the hosts"  # how to name them in messages ("hosts.txt")
+    # Hosts of the servers alone (Host(name, servers on it)), or that text as given: by default
+    # the servers go round-robin on -H's hosts
+    server_hosts: Union[Tuple, str] = ()
+    server_hosts_source: str = "--server-hosts"
     interface: Optional[str] = None  # network interface ps-lite binds on each host
     gpus_per_worker: int = 0  # CUDA_VISIBLE_DEVICES: each worker its own GPUs on its host
     ssh_config: Optional[str] = None  # passed to ssh as -F
@@ -46,13 +50,25 @@ class LaunchOptions:
     def __post_init__(self):
         object.__setattr__(self, "command", tuple(self.command))
         object.__setattr__(self, "env", dict(self.env))
-        if not isinstance(self.hosts, str):  # a str (-H as given) is read by session.resolve
-            object.__setattr__(self, "hosts", tuple(self.hosts))
+        for name in ("hosts", "server_hosts"):  # a str (as given) is read by session.resolve
+            if not isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @property
     def num_processes(self) -> int:
         """Scheduler, servers and workers: one port each."""
         return 1 + self.num_servers + self.num_workers
+
+    def placement(self):
+        """Where the scheduler, servers and workers go on ``hosts`` (and ``server_hosts``)."""
+        return place(self.hosts, self.num_workers, self.num_servers, self.hosts_source,
+                     self.server_hosts, self.server_hosts_source)
+
+    @property
+    def all_hosts(self) -> Tuple:
+        """Every host the job uses, each once: ``hosts``, then the server hosts."""
+        names = {h.name for h in self.hosts}
+        return tuple(self.hosts) + tuple(h for h in self.server_hosts if h.name not in names)
 
     @property
     def is_script(self) -> bool:
@@ -63,9 +79,10 @@ class LaunchOptions:
         system but changes nothing (the launch creates ``log_dir``)."""
         if not self.command:
             raise LaunchError("nothing to run: give a SCRIPT.py or `-- COMMAND ...`")
-        if isinstance(self.hosts, str):
-            raise LaunchError(f"hosts {self.hosts!r} not read yet: session.resolve() reads -H "
-                              "before validating")
+        for text in (self.hosts, self.server_hosts):
+            if isinstance(text, str):
+                raise LaunchError(f"hosts {text!r} not read yet: session.resolve() reads -H "
+                                  "and --server-hosts before validating")
         head = self.command[0]
         if self.is_script and not os.path.isfile(head):
             raise LaunchError(f"script {head!r} not found; give the path of a .py file")
@@ -94,8 +111,11 @@ class LaunchOptions:
         if self.launcher == "slurm" and not self.hosts:
             raise LaunchError("--launcher slurm runs inside a Slurm allocation (sbatch or "
                               "salloc); none found (SLURM_JOB_ID is unset)")
+        if self.server_hosts and self.launcher != "ssh":
+            raise LaunchError("--server-hosts puts the servers on hosts of their own, which "
+                              "needs --launcher ssh (and -H for the workers)")
         if self.hosts:
-            place(self.hosts, self.num_workers, self.num_servers, self.hosts_source)
+            self.placement()
         if not _whole(self.gpus_per_worker) or self.gpus_per_worker < 0:
             raise LaunchError(f"--gpus-per-worker must be 0 or more, got {self.gpus_per_worker!r}")
         if self.scheduler_address is not None and not self.hosts:

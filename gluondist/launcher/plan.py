@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence, Tuple
 
 from .. import envvars as ev
-from .hosts import Host, Placement, gpu_list, place
+from .hosts import Host, Placement, gpu_list
 from .options import LaunchOptions
 from .roles import job_env, pslite_verbose, role_env, server_argv, worker_argv
 
@@ -66,8 +66,7 @@ def user_value(options: LaunchOptions, base_env: Mapping[str, str], name: str) -
 def placement_of(options: LaunchOptions) -> Placement:
     """Where each role runs: on ``options.hosts`` (resolved), or all on this machine."""
     if options.hosts:
-        return place(options.hosts, options.num_workers, options.num_servers,
-                     options.hosts_source)
+        return options.placement()
     here = Host(options.host)
     return Placement(here, (here,) * options.num_servers, (here,) * options.num_workers,
                      tuple(range(options.num_workers)))

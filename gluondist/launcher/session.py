@@ -64,15 +64,17 @@ def _dropping(exc: Exception) -> None:
         pass
 
 
-def read_hosts(arg: str):
-    """``-H``: a hostfile or ``host1:2,host2:2``; returns (hosts, how to name them)."""
+def read_hosts(arg: str, flag: str = "-H"):
+    """``-H`` (or ``flag``): a hostfile or ``host1:2,host2:2``; returns (hosts, how to name
+    them)."""
     if ":" in arg or "," in arg:
-        return parse_inline(arg), f"-H {arg}"
+        return parse_inline(arg, flag), f"{flag} {arg}"
     try:
         with open(arg) as f:
             return parse_hostfile(f.read(), arg), arg
     except OSError as exc:
-        raise LaunchError(f"-H {arg!r}: {exc.strerror}; give a hostfile or HOST:SLOTS,...") \
+        raise LaunchError(f"{flag} {arg!r}: {exc.strerror}; give a hostfile or "
+                          f"{'HOST:N' if flag == '--server-hosts' else 'HOST:SLOTS'},...") \
             from None
 
 
@@ -82,6 +84,9 @@ def resolve(options: LaunchOptions, base_env: Mapping[str, str]) -> LaunchOption
     if isinstance(options.hosts, str):  # -H as given: a hostfile or host1:2,host2:2
         hosts, source = read_hosts(options.hosts)
         options = dataclasses.replace(options, hosts=hosts, hosts_source=source)
+    if isinstance(options.server_hosts, str):  # likewise, HOST:N for N servers
+        hosts, source = read_hosts(options.server_hosts, "--server-hosts")
+        options = dataclasses.replace(options, server_hosts=hosts, server_hosts_source=source)
     if options.launcher == "slurm":
         if options.hosts:
             raise LaunchError("--launcher slurm takes its hosts from the allocation; drop -H")
@@ -214,7 +219,7 @@ def _attempt(options, plan, on_line, transport, restarts, show, stop) -> LaunchR
 def _transport(options: LaunchOptions, base_env: Mapping[str, str]):
     if options.launcher == "ssh":
         from .ssh import SshTransport, preflight
-        preflight([h.name for h in options.hosts], options.python, options.ssh_config)
+        preflight([h.name for h in options.all_hosts], options.python, options.ssh_config)
         return SshTransport(options.python, base_env, os.getcwd(), options.ssh_config)
     if options.launcher == "slurm":
         from .slurm import SrunTransport
