@@ -5,15 +5,7 @@ import uuid
 import pytest
 
 from gluondist import bench
-
-
-def test_the_model_is_calibrated_by_the_single_server_row():
-    # across hosts: servers share the workers' traffic until each worker's own link is the limit
-    assert bench.predict(1.0, 1.0, 4, one_host=False) == 1.0
-    assert bench.predict(1.0, 0.5, 4, one_host=False) == 0.5
-    assert bench.predict(1.0, 0.125, 4, one_host=False) == 0.25
-    # on one host every byte crosses the same memory: the server count does not matter
-    assert bench.predict(1.0, 0.25, 4, one_host=True) == 1.0
+from gluondist.bench.model import Layout
 
 
 def test_keys_are_placed_as_mxnet_places_them():
@@ -21,6 +13,9 @@ def test_keys_are_placed_as_mxnet_places_them():
     assert sum(big) == 16 * 2 ** 20 and bench.busiest_share(big, 4) == pytest.approx(0.25)
     small = bench.key_sizes(2, 1)  # 0.5 M elements: one key, whole on one server
     assert bench.busiest_share(small, 4) == 1.0
+    # as the trainer sends them: 1 MiB chunks, each whole on one server
+    assert bench.sent_sizes(bench.key_sizes(8, 1), 2 ** 20) == [2 ** 18] * 8
+    assert bench.busiest_share(bench.sent_sizes(big, 2 ** 20), 4) == pytest.approx(0.25)
 
 
 def test_the_model_takes_the_big_array_bound_the_job_gets():
@@ -29,29 +24,54 @@ def test_the_model_takes_the_big_array_bound_the_job_gets():
     assert bench.busiest_share(sizes, 2, bound=100_000) == pytest.approx(0.5)  # sliced
 
 
-@pytest.mark.parametrize("hosts,one", [("node1:4", True), ("node1:1,node2:1", False),
-                                       ("node1:2,node2:2", False)])
-def test_one_host_or_many_comes_from_the_resolved_placement(hosts, one):
+def test_the_layout_is_read_from_the_plan_the_job_ran():
     # "node1:4" is one host of four slots (the raw text is 7 characters); with two hosts the
     # servers go round-robin over both, so the jobs span hosts even when the workers fit one.
     from gluondist.launcher.options import LaunchOptions
+    from gluondist.launcher.plan import build_plan
     from gluondist.launcher.session import resolve
-    options = resolve(LaunchOptions((bench.WORKER,), 2, 1, launcher="ssh", hosts=hosts), {})
-    assert bench.one_host(options, [1, 2]) is one
-    assert bench.one_host(LaunchOptions((bench.WORKER,), 2, 1), [1, 2, 4])  # local
+    for hosts, kind in (("node1:4", "one host"), ("node1:1,node2:1", "colocated"),
+                        ("node1:2,node2:2", "mixed")):
+        options = resolve(LaunchOptions((bench.WORKER,), 2, 2, launcher="ssh", hosts=hosts), {})
+        layout = bench.layout_of(build_plan(options, 9000, range(9001, 9005)))
+        found = bench.rows([bench.Measured(layout, 0.1, None, None)], [10], 2 ** 20)[0].layout
+        assert found == kind, hosts
 
 
-def test_rows_and_recommendation():
-    table = bench.rows([0.16, 0.15, 0.16], [1, 2, 4], workers=2,
-                       sizes=bench.key_sizes(64, 8), one_host=True)
-    assert [r.servers for r in table] == [1, 2, 4]
-    assert table[0].worker_mb == 128 and table[1].server_mb == 128  # 2 x 64 x 2 workers / 2
-    assert table[2].predicted_s == 0.16
-    assert bench.recommend(table) == 1  # 0.16 is within 10% of the best 0.15
-    fast = bench.rows([1.0, 0.5, 0.48], [1, 2, 4], 4, bench.key_sizes(64, 8), one_host=False)
-    assert bench.recommend(fast) == 2 and fast[1].predicted_s == 0.5
-    lopsided = bench.rows([1.0, 1.0], [1, 4], 2, bench.key_sizes(2, 1), one_host=False)
-    assert lopsided[1].server_mb == 8  # one key below the bound: one server does it all
+def measured(workers, servers, step_s, tcp=None):
+    return bench.Measured(Layout(tuple(workers), tuple(servers)), step_s, None, tcp)
+
+
+def test_rows_calibrate_once_and_recommend_a_count_and_a_layout():
+    sizes = bench.key_sizes(8, 8)  # 8 keys of 1 MiB
+    table = bench.rows([measured("ab", "a", 0.45, tcp=24e6), measured("ab", "ab", 0.46),
+                        measured("ab", "s", 0.80), measured("ab", "st", 0.44)],
+                       sizes, 2 ** 20)
+    assert [(r.servers, r.layout) for r in table] == [
+        (1, "colocated"), (2, "colocated"), (1, "dedicated"), (2, "dedicated")]
+    assert table[0].predicted_s == pytest.approx(0.45) and table[0].error == pytest.approx(0)
+    # the busiest link carries 8 MiB + one chunk (colocated), 16 + 2 chunks (one dedicated
+    # server), 8 + 2 chunks (two): predictions scale from the first row alone
+    assert table[1].predicted_s == pytest.approx(0.45)
+    assert table[2].predicted_s == pytest.approx(0.45 * 18 / 9)
+    assert table[3].predicted_s == pytest.approx(0.45 * 10 / 9)
+    assert table[0].link_bound_s == pytest.approx(8 * 2 ** 20 / 24e6)  # no fill in the bound
+    assert table[0].efficiency == pytest.approx(table[0].link_bound_s / 0.45)
+    assert table[1].worker_mb == 16 and table[1].server_mb == 16
+    best = bench.recommend(table)
+    assert (best.servers, best.layout) == (1, "colocated")  # 0.45 is within 10% of 0.44
+    assert bench.advice(best).startswith("recommended: -s 1 on the workers' hosts")
+    faster = bench.rows([measured("ab", "a", 0.9), measured("ab", "st", 0.45)], sizes, 2 ** 20)
+    assert bench.advice(bench.recommend(faster)).startswith(
+        "recommended: -s 2 on hosts of their own (--server-hosts)")
+
+
+def test_rows_on_one_host_are_predicted_to_take_the_first_rows_time():
+    table = bench.rows([measured("hh", "h", 0.16), measured("hh", "hh", 0.15)],
+                       bench.key_sizes(64, 8), 2 ** 20)
+    assert [r.layout for r in table] == ["one host"] * 2
+    assert [r.predicted_s for r in table] == [0.16, 0.16]
+    assert table[0].efficiency is None and bench.recommend(table).servers == 1
 
 
 def test_worker_zeros_result_line_is_found():
@@ -73,12 +93,15 @@ def test_the_bench_runs_a_real_job_per_server_count():
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert [r["servers"] for r in result["rows"]] == [1, 2]
-    assert all(r["step_s"] > 0 and r["worker_mb_per_step"] == 4 for r in result["rows"])
+    assert all(r["step_s"] > 0 and r["worker_mb_per_step"] == 4 and r["layout"] == "one host"
+               and r["predicted_step_s"] == result["rows"][0]["step_s"]
+               for r in result["rows"])
     # 3 keys above the bound the jobs got from --env (not MXNet's default, under which keys 0
     # and 2 would go whole to server 0): sliced evenly, each server moves half of the 8 MB
     assert [r["busiest_server_mb_per_step"] for r in result["rows"]] == \
         pytest.approx([8, 4], rel=1e-5)
     assert result["recommended_servers"] in (1, 2)
+    assert result["recommended_layout"] == "one host"
     assert "recommended: -s" in out.stdout and "-s 2: 2 worker(s)" in out.stderr
 
 

@@ -1,15 +1,13 @@
 """``gluondist bench kvstore``: measure a dist_sync job's communication for several server
-counts, print it next to the cost model's prediction, and recommend a server count.
+counts and layouts, next to the cost model's prediction, and recommend a count and a layout.
 
-Each server count is a real job started through the launcher's one path (the same placement,
-supervision and failure reports as ``gluondist launch``); its workers run ``worker.py``.
-
-The cost model (README, "Choosing the number of servers"): per step every worker pushes and
-pulls the model's P bytes, so a worker's link carries 2P and, with the keys spread evenly, a
-server's link 2WP times its share of the keys (1/S when they spread evenly; MXNet's placement
-rules in :func:`busiest_share`). Across hosts the step takes T(S) = max(2WP share / B, 2P / B)
-for link bandwidth B, which the single-server row calibrates: T(S) = T(1) max(share, 1/W).
-On one host every byte goes through the same memory and cores whatever S is: T(S) = T(1).
+Each row is a real job started through the launcher's one path (the same placement,
+supervision and failure reports as ``gluondist launch``); its workers run ``worker.py``, which
+communicates through the same trainer path as ``fit`` (gradients in chunks). The model
+(model.py) counts the bytes on every link for the placement the job really ran (its plan) and
+MXNet's placement of the keys, calibrated once per bench by the first row whose bytes cross a
+link; a raw TCP probe between two of the job's hosts gives the link bound each row's
+efficiency is measured against.
 """
 from __future__ import annotations
 
@@ -17,14 +15,14 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass
-from typing import Callable, List, Mapping, Optional, Sequence
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
-from .. import envvars as ev
-from ..launcher.errors import LaunchError
+from .model import DEFAULT_BIGARRAY_BOUND, Layout, calibrate, link_bytes, predict
 
 PREFIX = "gluondist-bench "
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
-BIGARRAY_BOUND = 1000 * 1000  # MXNet's default MXNET_KVSTORE_BIGARRAY_BOUND
+BIGARRAY_BOUND = "MXNET_KVSTORE_BIGARRAY_BOUND"
+WITHIN = 0.10  # a recommendation is the fewest servers within this of the best step time
 
 
 def key_sizes(mbytes: float, keys: int) -> List[int]:
@@ -33,73 +31,94 @@ def key_sizes(mbytes: float, keys: int) -> List[int]:
     return [total // keys + (1 if i < total % keys else 0) for i in range(keys)]
 
 
-def busiest_share(sizes: Sequence[int], servers: int, bound: int = BIGARRAY_BOUND) -> float:
-    """The fraction of the elements that the busiest server holds, as MXNet 1.9.1 places keys
-    0..K-1: an array of at least ``bound`` (MXNET_KVSTORE_BIGARRAY_BOUND) elements is sliced
-    evenly over every server, a smaller one goes whole to server (key * 9973) % servers."""
+def sent_sizes(sizes: Sequence[int], chunk_bytes: int) -> List[int]:
+    """The arrays as the kvstore sees them: each cut in chunks as the trainer sends it."""
+    from gluondist.kvstore import chunk_bounds
+    return [b - a for n in sizes for a, b in chunk_bounds(n, 4, chunk_bytes)]
+
+
+def busiest_share(sizes: Sequence[int], servers: int,
+                  bound: int = DEFAULT_BIGARRAY_BOUND) -> float:
+    """The fraction of the elements that the busiest server holds (model.key_parts)."""
+    from .model import key_parts
     load = [0.0] * servers
-    for key, size in enumerate(sizes):
-        if size >= bound:
-            for s in range(servers):
-                load[s] += size / servers
-        else:
-            load[(key * 9973) % servers] += size
+    for parts in key_parts(sizes, servers, bound):
+        for server, elements in parts:
+            load[server] += elements
     return max(load) / sum(sizes)
-
-
-def one_host(options, servers: Sequence[int]) -> bool:
-    """Whether every worker and server of each measured job is on one host, from the
-    resolved ``options`` (``-H``'s hosts and slots, or the Slurm allocation's nodes)."""
-    from ..launcher.plan import placement_of
-    for count in servers:
-        placed = placement_of(dataclasses.replace(options, num_servers=count))
-        if len({h.name for h in (*placed.servers, *placed.workers)}) > 1:
-            return False
-    return True
 
 
 @dataclass(frozen=True)
 class Row:
     servers: int
+    layout: str  # colocated | dedicated | mixed | one host
     step_s: float
+    predicted_s: float
     worker_mb: float  # megabytes each worker moves per step (push + pull)
     server_mb: float  # megabytes the busiest server moves per step (all workers' push + pull)
-    gbytes_per_s: float  # each worker's effective throughput
-    predicted_s: float
+    link_bound_s: Optional[float]  # the busiest link's bytes at the probe's raw TCP rate
+    unchunked_s: Optional[float] = None  # the same bytes, each array sent whole
+
+    @property
+    def error(self) -> float:
+        return self.predicted_s / self.step_s - 1
+
+    @property
+    def efficiency(self) -> Optional[float]:
+        return None if self.link_bound_s is None else self.link_bound_s / self.step_s
 
     def as_dict(self) -> dict:
-        return {"servers": self.servers, "step_s": self.step_s, "worker_mb_per_step":
-                self.worker_mb, "busiest_server_mb_per_step": self.server_mb,
-                "worker_gb_per_s": self.gbytes_per_s, "predicted_step_s": self.predicted_s}
+        return {"servers": self.servers, "layout": self.layout, "step_s": self.step_s,
+                "predicted_step_s": self.predicted_s, "model_error": self.error,
+                "link_bound_s": self.link_bound_s, "link_efficiency": self.efficiency,
+                "unchunked_step_s": self.unchunked_s, "worker_mb_per_step": self.worker_mb,
+                "busiest_server_mb_per_step": self.server_mb}
 
 
-def predict(one_server_s: float, share: float, workers: int, one_host: bool) -> float:
-    """The model's step time when the busiest server holds ``share`` of the bytes, calibrated
-    by the measured single-server step."""
-    if one_host:
-        return one_server_s
-    return one_server_s * max(share, 1.0 / workers)
+@dataclass(frozen=True)
+class Measured:
+    """One job's figures: where it ran and what worker 0 reported."""
+    layout: Layout
+    step_s: float
+    unchunked_s: Optional[float]
+    tcp_bytes_per_s: Optional[float]
 
 
-def rows(steps_s: Sequence[float], servers: Sequence[int], workers: int,
-         sizes: Sequence[int], one_host: bool, bound: int = BIGARRAY_BOUND) -> List[Row]:
-    """The table, from the measured step time of each server count (``servers[0]`` need not
-    be 1: the model is then calibrated from the smallest count, scaled to one server)."""
-    share = {s: busiest_share(sizes, s, bound) for s in servers}
-    base = min(servers)
-    base_s = steps_s[list(servers).index(base)]
-    one_server_s = base_s if one_host else base_s / max(share[base], 1.0 / workers)
-    nbytes = 4 * sum(sizes)
-    mb = nbytes / 2 ** 20
-    return [Row(s, t, 2 * mb, 2 * mb * workers * share[s], 2 * nbytes / t / 1e9,
-                predict(one_server_s, share[s], workers, one_host))
-            for s, t in zip(servers, steps_s)]
+def rows(measured: Sequence[Measured], sizes: Sequence[int], chunk_bytes: int,
+         bound: int = DEFAULT_BIGARRAY_BOUND) -> List[Row]:
+    """The table: the model calibrated by the first row whose bytes cross a link (rows on one
+    host are predicted to take the first such row's time)."""
+    sent = sent_sizes(sizes, chunk_bytes)
+    links = [link_bytes(m.layout, sent, bound=bound) for m in measured]
+    crossing = [i for i, lk in enumerate(links) if lk.busiest() > 0]
+    rate = calibrate(links[crossing[0]], measured[crossing[0]].step_s) if crossing else 0.0
+    local = [m.step_s for m, lk in zip(measured, links) if lk.busiest() == 0]
+    tcp = next((m.tcp_bytes_per_s for m in measured if m.tcp_bytes_per_s), None)
+    mb = 4 * sum(sizes) / 2 ** 20
+    table = []
+    for m, lk in zip(measured, links):
+        servers = len(m.layout.servers)
+        kind = m.layout.kind if lk.busiest() > 0 else "one host"
+        table.append(Row(servers, kind, m.step_s, predict(lk, rate, local[0] if local else 0.0),
+                         2 * mb, 2 * mb * len(m.layout.workers) * busiest_share(sent, servers,
+                                                                                bound),
+                         lk.bound() / tcp if tcp and lk.busiest() > 0 else None, m.unchunked_s))
+    return table
 
 
-def recommend(table: Sequence[Row], within: float = 0.10) -> int:
-    """The smallest server count whose step time is within ``within`` of the best."""
+def recommend(table: Sequence[Row], within: float = WITHIN) -> Row:
+    """The row with the fewest servers within ``within`` of the best step time, servers on
+    the workers' hosts preferred (they need no more hosts)."""
     best = min(r.step_s for r in table)
-    return min(r.servers for r in table if r.step_s <= best * (1 + within))
+    good = [r for r in table if r.step_s <= best * (1 + within)]
+    return min(good, key=lambda r: (r.servers, r.layout == "dedicated"))
+
+
+def advice(row: Row) -> str:
+    where = {"dedicated": " on hosts of their own (--server-hosts)",
+             "colocated": " on the workers' hosts", "mixed": " (as placed)"}.get(row.layout, "")
+    return (f"recommended: -s {row.servers}{where} (the fewest servers within "
+            f"{WITHIN:.0%} of the best step time)")
 
 
 def parse(lines: Sequence[str]) -> Optional[dict]:
@@ -110,51 +129,57 @@ def parse(lines: Sequence[str]) -> Optional[dict]:
     return None
 
 
-def format_table(table: Sequence[Row], recommended: int) -> List[str]:
-    out = [f"{'servers':>7} {'step s':>8} {'model s':>8} {'MB/worker':>10} "
-           f"{'MB/busiest server':>18} {'GB/s/worker':>12}"]
+def format_table(table: Sequence[Row], recommended: Row) -> List[str]:
+    def opt(value, fmt):
+        return format(value, fmt) if value is not None else "-"
+    out = [f"{'servers':>7} {'layout':>9} {'step s':>8} {'model s':>8} {'error':>6} "
+           f"{'link eff':>8} {'whole s':>8} {'MB/worker':>9} {'MB/busiest server':>17}"]
     for r in table:
-        out.append(f"{r.servers:>7} {r.step_s:>8.4f} {r.predicted_s:>8.4f} {r.worker_mb:>10.1f} "
-                   f"{r.server_mb:>18.1f} {r.gbytes_per_s:>12.3f}")
-    out.append(f"recommended: -s {recommended} (the fewest servers within 10% of the best step "
-               "time)")
+        out.append(f"{r.servers:>7} {r.layout:>9} {r.step_s:>8.4f} {r.predicted_s:>8.4f} "
+                   f"{r.error:>+6.0%} {opt(r.efficiency, '>8.0%'):>8} "
+                   f"{opt(r.unchunked_s, '>8.4f'):>8} {r.worker_mb:>9.1f} {r.server_mb:>17.1f}")
+    out.append(advice(recommended))
     return out
 
 
+def layout_of(plan) -> Layout:
+    return Layout(tuple(s.host for s in plan.of_role("worker")),
+                  tuple(s.host for s in plan.of_role("server")))
+
+
 def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: int,
-        launch_job: Callable, show: Callable[[str, bool], None],
-        base_env: Optional[Mapping[str, str]] = None):
-    """One job per server count, through ``launch_job(options, show, record)``; returns
-    ``(table, recommended, failure)`` where failure is the failed job's LaunchResult. The
-    model takes the placement and MXNET_KVSTORE_BIGARRAY_BOUND the jobs really get (``-H``,
-    Slurm, ``--env``; ``base_env`` is the launcher's environment)."""
-    from ..launcher.plan import user_value
-    from ..launcher.session import resolve
-    base_env = os.environ if base_env is None else base_env
-    command = (WORKER, str(mbytes), str(keys), str(steps))
-    resolved = resolve(dataclasses.replace(base_options, command=command), base_env)
-    bound = user_value(resolved, base_env, ev.MXNET_KVSTORE_BIGARRAY_BOUND)
-    try:
-        bound = int(bound) if bound is not None else BIGARRAY_BOUND
-    except ValueError:
-        raise LaunchError(f"MXNET_KVSTORE_BIGARRAY_BOUND={bound!r} is not a whole number of "
-                          "elements") from None
+        launch_job: Callable, show: Callable[[str, bool], None], chunk_bytes: int,
+        unchunked: bool = False, base_env: Mapping[str, str] = os.environ):
+    """One job per server count, and per layout when ``base_options.server_hosts`` is set (on
+    the workers' hosts, then on the server hosts), through ``launch_job(options, show,
+    record)``; returns ``(table, recommended row, failure)``, failure being the failed job's
+    LaunchResult."""
+    layouts: List[Tuple[str, object]] = [("colocated", ())]
+    if base_options.server_hosts:
+        layouts.append(("dedicated", base_options.server_hosts))
+    chunks = [str(chunk_bytes)] + (["0"] if unchunked else [])
     measured = []
-    for count in servers:
-        lines: List[str] = []
-        options = dataclasses.replace(base_options, num_servers=count, command=command)
-        show(f"-s {count}: {options.num_workers} worker(s) push and pull {mbytes:g} MB in "
-             f"{keys} key(s), {steps} steps", True)
-        # the launcher's notes and reports are shown; the processes' own lines are not
-        result = launch_job(options, lambda text, note: show(text, True) if note else None,
-                            lambda spec, line: lines.append(line) if spec.label == "worker 0"
-                            else None)
-        if result.exit_code != 0:
-            return None, None, result
-        found = parse(lines)
-        if found is None:
-            raise RuntimeError("worker 0 printed no result line")
-        measured.append(found)
-    table = rows([m["step_s"] for m in measured], servers, base_options.num_workers,
-                 key_sizes(mbytes, keys), one_host(resolved, servers), bound)
+    for name, server_hosts in layouts:
+        for count in servers:
+            lines: List[str] = []
+            options = dataclasses.replace(
+                base_options, num_servers=count, server_hosts=server_hosts,
+                command=(WORKER, str(mbytes), str(keys), str(steps), *chunks))
+            where = " on the server hosts" if server_hosts else ""
+            show(f"-s {count}{where}: {options.num_workers} worker(s) push and pull {mbytes:g} "
+                 f"MB in {keys} key(s), {steps} steps", True)
+            # the launcher's notes and reports are shown; the processes' own lines are not
+            result = launch_job(options, lambda text, note: show(text, True) if note else None,
+                                lambda spec, line: lines.append(line)
+                                if spec.label == "worker 0" else None)
+            if result.exit_code != 0:
+                return None, None, result
+            found = parse(lines)
+            if found is None:
+                raise RuntimeError("worker 0 printed no result line")
+            measured.append(Measured(layout_of(result.plan), found["step_s"][0],
+                                     found["step_s"][1] if unchunked else None,
+                                     found["tcp_bytes_per_s"]))
+    bound = int({**base_env, **base_options.env}.get(BIGARRAY_BOUND, DEFAULT_BIGARRAY_BOUND))
+    table = rows(measured, key_sizes(mbytes, keys), chunk_bytes, bound)
     return table, recommend(table), None

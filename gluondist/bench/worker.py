@@ -1,45 +1,56 @@
-"""One worker of ``gluondist bench kvstore``: ``worker.py MBYTES KEYS STEPS``.
+"""One worker of ``gluondist bench kvstore``: ``worker.py MBYTES KEYS STEPS [CHUNK_BYTES ...]``.
 
-Pushes and pulls MBYTES of float32 through the job's dist_sync kvstore every step, split into
-KEYS arrays the way a model's layers are; worker 0 prints the job's step time (the slowest
-worker's) as one line ``gluondist-bench {...}``.
+Trains nothing, but communicates exactly as ``fit`` does: MBYTES of float32 parameters in KEYS
+arrays (a model's layers) behind a ``make_trainer`` trainer, whose ``allreduce_grads`` pushes and
+pulls every gradient each step, in chunks of CHUNK_BYTES (one measurement per value given,
+each with a trainer of its own; 0 sends each array whole). First a raw TCP probe between two
+of the job's hosts measures the link (probe.py). Worker 0 prints one line
+``gluondist-bench {...}``: the step time of each measurement (the slowest worker's) and the
+probe's rate.
 """
 import json
 import sys
 import time
 
-
 from gluondist import kvstore
-from gluondist.bench import key_sizes
 from gluondist._mx import mx
+from gluondist.bench import key_sizes
+from gluondist.bench.probe import probe
 
 WARMUP = 3
-FIRST_KEY = 0  # this process trains nothing: no trainer's keys to avoid
+PROBE_BYTES = (4 << 20, 256 << 20)  # at least 4 MiB, at most 256: a short probe
 
 
-def main(mbytes: float, keys: int, steps: int) -> None:
-    kv = kvstore.create("dist_sync")
-    sizes = key_sizes(mbytes, keys)
-    total = sum(sizes)
-    ids = [FIRST_KEY + i for i in range(keys)]
-    grads = [mx.nd.ones((n,)) for n in sizes]
-    pulled = [mx.nd.zeros((n,)) for n in sizes]
-    kv.init(ids, [mx.nd.zeros((n,)) for n in sizes])
+def measure(sizes, steps: int, chunk_bytes: int) -> float:
+    params = [mx.gluon.Parameter(f"bench{i}", shape=(n,)) for i, n in enumerate(sizes)]
+    for p in params:
+        p.initialize(mx.init.Zero())
+        p.grad()[:] = 1
+    trainer = kvstore.make_trainer(params, "sgd", kvstore="dist_sync", chunk_bytes=chunk_bytes)
     for _ in range(WARMUP):
-        kv.pushpull(ids, grads, out=pulled)
+        trainer.allreduce_grads()
         mx.nd.waitall()
-    kv._barrier()
+    trainer._kvstore._barrier()
     start = time.perf_counter()
     for _ in range(steps):  # one training step's communication: push every key, pull it back
-        kv.pushpull(ids, grads, out=pulled)
+        trainer.allreduce_grads()
         mx.nd.waitall()
     elapsed = time.perf_counter() - start
-    each = kvstore.allgather([elapsed / steps])[:, 0]  # every worker's step time
-    if kv.rank == 0:
-        print("gluondist-bench " + json.dumps({"step_s": float(each.max()),
-                                              "worker_step_s": each.tolist(),
-                                              "bytes": 4 * total}), flush=True)
+    return float(kvstore.allgather([elapsed / steps])[:, 0].max())  # the slowest worker's
+
+
+def main(mbytes: float, keys: int, steps: int, chunks) -> None:
+    kvstore.create("dist_sync")
+    sizes = key_sizes(mbytes, keys)
+    nbytes = 4 * sum(sizes)
+    rate = probe(min(max(nbytes, PROBE_BYTES[0]), PROBE_BYTES[1]))
+    step_s = [measure(sizes, steps, c) for c in chunks]
+    if kvstore.rank() == 0:
+        print("gluondist-bench " + json.dumps({"step_s": step_s, "chunk_bytes": chunks,
+                                              "bytes": nbytes, "tcp_bytes_per_s": rate}),
+              flush=True)
 
 
 if __name__ == "__main__":
-    main(float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
+    main(float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
+         [int(c) for c in sys.argv[4:]] or [kvstore.CHUNK_BYTES])
