@@ -368,6 +368,9 @@ class _KeyedStore(mx.kv.KVStoreBase):
     def __init__(self, kv, offset: int, chunks: Sequence[Sequence[Tuple[int, int]]]):
         self._kv, self._chunks = kv, [list(c) for c in chunks]
         self._first = list(offset + np.cumsum([0] + [len(c) for c in chunks[:-1]]))
+        self._staged = {int(f) + j for f, c in zip(self._first, self._chunks) if len(c) > 1
+                        for j in range(len(c))}  # MXNet keys of chunks (see pushpull)
+        self._buffers: dict = {}  # such a key -> its staging array
 
     def _split(self, key, value=None):
         """MXNet's keys and values for trainer key(s) ``key`` and their value(s): a chunked
@@ -412,9 +415,34 @@ class _KeyedStore(mx.kv.KVStoreBase):
         return self._kv.pull(keys, out=outs, priority=priority, ignore_sparse=ignore_sparse)
 
     def pushpull(self, key, value, out=None, priority=0):
+        """What ``Trainer`` calls every step. MXNet's engine orders operations per array, and
+        a view is its array: the pull into one chunk would wait for the push of every chunk.
+        So a chunk of a single device's gradient travels through a staging array of its own
+        (made once; a memory copy each way), which lets chunk k's pull overlap chunk k+1's
+        push. Several devices need none: MXNet sums them into a buffer per key anyway."""
         keys, values = self._split(key, value)
-        outs = None if out is None else self._split(key, out)[1]
-        return self._kv.pushpull(keys, values, out=outs, priority=priority)
+        outs = values if out is None else self._split(key, out)[1]
+        if not isinstance(keys, list):
+            return self._kv.pushpull(keys, values, out=None if out is None else outs,
+                                     priority=priority)
+        sent, received, back = [], [], []
+        for k, v, o in zip(keys, values, outs):
+            one = v[0] if isinstance(v, (list, tuple)) and len(v) == 1 else v
+            if k not in self._staged or isinstance(one, (list, tuple)):
+                sent.append(v)
+                received.append(o)
+                continue
+            buf = self._buffers.get(k)
+            if buf is None:
+                buf = self._buffers[k] = mx.nd.empty(one.shape, one.context, one.dtype)
+            one.copyto(buf)
+            sent.append(buf)
+            received.append(buf)
+            back.append((buf, o))
+        self._kv.pushpull(keys, sent, out=received, priority=priority)
+        for buf, o in back:
+            for target in (o if isinstance(o, (list, tuple)) else [o]):
+                buf.copyto(target)
 
     def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
         keys, outs = self._split(key, out)  # sparse parameters are never chunked

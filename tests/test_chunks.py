@@ -48,6 +48,18 @@ def test_a_chunked_store_moves_the_same_numbers_as_a_whole_one():
     assert np.array_equal(results[1][0], np.arange(20).reshape(shapes[0]) * 3)
 
 
+def test_one_devices_chunks_travel_through_staging_arrays_and_land_in_place():
+    store = _KeyedStore(mx.kv.create("local"), 0, [chunk_bounds(20, 4, 24)])
+    store.init(0, mx.nd.zeros((4, 5)))
+    grad = mx.nd.arange(20).reshape((4, 5))
+    store.pushpull(0, grad)  # in place, one device: staged
+    assert np.array_equal(grad.asnumpy(), np.arange(20).reshape((4, 5)))
+    assert sorted(store._buffers) == [0, 1, 2, 3]  # one staging array per chunk, kept
+    out = mx.nd.zeros((4, 5))
+    store.pushpull(0, [grad * 2], out=[out])
+    assert np.array_equal(out.asnumpy(), np.arange(20).reshape((4, 5)) * 2)
+
+
 def test_chunks_are_views_of_the_gradient():
     store = _KeyedStore(mx.kv.create("local"), 0, [chunk_bounds(10, 4, 16)])
     grad = mx.nd.zeros((2, 5))
