@@ -1,0 +1,107 @@
+"""The parameter server across real links: hosts made of network namespaces on one bridge
+(tests/netns.py), each link shaped to RATE both ways with tc tbf. Needs root, ip, tc, sshd.
+
+    python benchmarks/network.py [--rate 200mbit] [--mbytes 8] [--repeats 3] [--only PART]
+
+1. Raw TCP between two hosts (benchmarks/tcp_pair.py, the hand-written baseline): one way,
+   and both ways at once (the links are full duplex).
+2. `gluondist bench kvstore` over ssh, 2 workers, 1 and 2 servers, on the workers' hosts and
+   on hosts of their own (--server-hosts), each row chunked as fit sends it and with every
+   array whole (--unchunked): step time, the model's prediction and error, and the efficiency
+   against the raw TCP bound (the bench's own probe).
+3. fit's samples/s across 2 hosts for a model dominated by one 8 MiB layer
+   (benchmarks/big_layer.py), chunked (the default) against GLUONDIST_CHUNK_BYTES=0,
+   alternated in one run, --repeats pairs: the median ratio.
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+import netns  # noqa: E402
+
+GLUONDIST = [sys.executable, "-m", "gluondist.cli"]
+
+
+def raw_tcp(cluster, a, b, mbytes, both=False):
+    """MB/s received at b from a (and at a from b at the same time, with ``both``)."""
+    pairs = [(a, b)] + ([(b, a)] if both else [])
+    receivers = []
+    for i, (sender, receiver) in enumerate(pairs):
+        r = subprocess.Popen(["ip", "netns", "exec", cluster.ns[receiver], sys.executable,
+                              os.path.join(HERE, "tcp_pair.py"), "recv", receiver,
+                              str(5201 + i)], stdout=subprocess.PIPE, text=True)
+        assert r.stdout.readline().strip() == "listening"
+        receivers.append(r)
+    senders = [subprocess.Popen(["ip", "netns", "exec", cluster.ns[s], sys.executable,
+                                 os.path.join(HERE, "tcp_pair.py"), "send", r, str(5201 + i),
+                                 str(mbytes)]) for i, (s, r) in enumerate(pairs)]
+    for p in senders:
+        p.wait(timeout=120)
+    return [float(r.communicate(timeout=60)[0]) / 2 ** 20 for r in receivers]
+
+
+def bench(cluster, hosts, mbytes):
+    a, b, s, t = hosts
+    out = subprocess.run(
+        [*GLUONDIST, "bench", "kvstore", "--launcher", "ssh", "--ssh-config",
+         cluster.ssh_config, "-H", f"{a}:1,{b}:1", "--server-hosts", f"{s},{t}", "-n", "2",
+         "--servers", "1,2", "--mbytes", str(mbytes), "--keys", "1", "--steps", "8",
+         "--unchunked"], capture_output=True, text=True, timeout=1200)
+    if out.returncode != 0:
+        raise SystemExit(out.stderr)
+    return out.stdout
+
+
+def fit_samples(cluster, hosts, chunk, workdir):
+    a, b = hosts[:2]
+    env = [] if chunk is None else ["--env", f"GLUONDIST_CHUNK_BYTES={chunk}"]
+    out = subprocess.run(
+        [*GLUONDIST, "launch", "--launcher", "ssh", "--ssh-config", cluster.ssh_config,
+         "-H", f"{a}:1,{b}:1", "-n", "2", "-s", "1", *env, os.path.join(HERE, "big_layer.py"),
+         "3"], capture_output=True, text=True, timeout=1200, cwd=workdir)
+    if out.returncode != 0:
+        raise SystemExit(out.stderr)
+    return float(next(line.split()[-1] for line in out.stdout.splitlines()
+                      if "samples/s" in line))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rate", default="200mbit")
+    parser.add_argument("--mbytes", type=float, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", choices=("tcp", "bench", "fit"), help="run one part")
+    args = parser.parse_args()
+    reason = netns.unavailable()
+    if reason:
+        raise SystemExit(reason)
+    with tempfile.TemporaryDirectory() as tmp, netns.Cluster(4, tmp, rate=args.rate) as cluster:
+        hosts = cluster.hosts
+        if args.only in (None, "tcp"):
+            one = raw_tcp(cluster, hosts[0], hosts[1], 4 * args.mbytes)[0]
+            both = raw_tcp(cluster, hosts[0], hosts[1], 4 * args.mbytes, both=True)
+            print(f"raw TCP at {args.rate}: {one:.1f} MB/s one way; both ways at once "
+                  f"{both[0]:.1f} and {both[1]:.1f} MB/s", flush=True)
+        if args.only in (None, "bench"):
+            print(bench(cluster, hosts, args.mbytes), flush=True)
+        if args.only not in (None, "fit"):
+            return
+        ratios = []
+        for rep in range(args.repeats):
+            order = [None, "0"] if rep % 2 == 0 else ["0", None]
+            figures = {c: fit_samples(cluster, hosts, c, tmp) for c in order}
+            ratios.append(figures[None] / figures["0"])
+            print(f"repeat {rep}: fit samples/s chunked {figures[None]:.1f}, whole "
+                  f"{figures['0']:.1f}, ratio {ratios[-1]:.2f}", flush=True)
+        print(f"median chunked/whole samples/s over {args.repeats} pairs: "
+              f"{statistics.median(ratios):.2f}")
+
+
+if __name__ == "__main__":
+    main()

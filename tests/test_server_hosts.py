@@ -1,0 +1,73 @@
+"""Servers on hosts of their own, and the link cost model, on a cluster of network-namespace
+hosts (tests/netns.py) with 200 Mbit/s links: small cases, so the links, not the two cores,
+are the limit."""
+import json
+import os
+
+import pytest
+
+import netns
+from conftest import SCRIPTS, run_cli, wait_until
+
+pytestmark = pytest.mark.slow
+RATE = "200mbit"
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """Four hosts: two for the workers, two for servers."""
+    reason = netns.unavailable()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    with netns.Cluster(4, tmp_path / "net", rate=RATE) as made:
+        yield made
+
+
+def roles_on(cluster, host):
+    """The DMLC_ROLE of each gluondist process running on ``host``."""
+    roles = []
+    for pid in cluster.pids(host):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+        except OSError:
+            continue
+        if b"DMLC_ROLE" in env and b"GLUONDIST_TEST_TAG" in env:
+            roles.append(env[b"DMLC_ROLE"].decode())
+    return sorted(roles)
+
+
+def test_servers_run_on_the_server_hosts_and_the_job_trains(launch, cluster, tmp_path):
+    a, b, s, t = cluster.hosts
+    job = launch("--launcher", "ssh", "--ssh-config", cluster.ssh_config, "-H", f"{a}:1,{b}:1",
+                 "--server-hosts", f"{s},{t}", "-n", 2, "-s", 2,
+                 SCRIPTS / "chunked_job.py", tmp_path)
+    seen = {}
+
+    def placed():
+        assert job.proc.poll() is None, job.wait()
+        for host in cluster.hosts:
+            seen[host] = roles_on(cluster, host)
+        return seen[s] == seen[t] == ["server"] and "worker" in seen[a] and "worker" in seen[b]
+    wait_until(placed, timeout=120, interval=0.2, message="every role on its host")
+    assert seen[a] == ["scheduler", "worker"] and seen[b] == ["worker"]
+    assert job.wait(timeout=240) == 0, job.err
+    assert (tmp_path / "params.npz").exists()  # two fits trained across the four hosts
+
+
+def test_the_model_predicts_every_layout_within_15_percent(cluster, tmp_path):
+    a, b, s, t = cluster.hosts
+    out = run_cli("bench", "kvstore", "--launcher", "ssh", "--ssh-config", cluster.ssh_config,
+                  "-H", f"{a}:1,{b}:1", "--server-hosts", f"{s},{t}", "-n", 2,
+                  "--servers", "1,2", "--mbytes", 4, "--keys", 1, "--steps", 6, "--json",
+                  timeout=600)
+    assert out.returncode == 0, out.stderr
+    print(out.stdout)
+    rows = json.loads(out.stdout.strip().splitlines()[-1])["rows"]
+    assert [(r["servers"], r["layout"]) for r in rows] == [
+        (1, "colocated"), (2, "colocated"), (1, "dedicated"), (2, "dedicated")]
+    for row in rows:
+        assert abs(row["model_error"]) <= 0.15, row
+        assert 0.3 < row["link_efficiency"] <= 1.05, row  # against the raw TCP probe
