@@ -1,6 +1,6 @@
 """A worker for benchmarks/network.py: fit a model dominated by one big layer
 (Dense(2048) on 1024 inputs: 8 MiB of weights) for EPOCHS epochs; worker 0 prints
-`samples/s S` for the last epoch (all workers' samples). `big_layer.py EPOCHS`."""
+`big-layer-samples-per-s S` for the last epoch (all workers' samples). `big_layer.py EPOCHS`."""
 import sys
 
 import mxnet as mx
@@ -16,4 +16,4 @@ net.add(mx.gluon.nn.Dense(2048, activation="relu", in_units=1024), mx.gluon.nn.D
 history = gluondist.fit(net, (X, y), epochs=int(sys.argv[1]), batch_size=64, seed=0,
                         progress=False, optimizer_params={"learning_rate": 0.01})
 if gluondist.kvstore.rank() == 0:
-    print(f"samples/s {history.history['samples_per_s'][-1]:.1f}", flush=True)
+    print(f"big-layer-samples-per-s {history.history['samples_per_s'][-1]:.1f}", flush=True)

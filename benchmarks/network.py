@@ -68,7 +68,7 @@ def fit_samples(cluster, hosts, chunk, workdir):
     if out.returncode != 0:
         raise SystemExit(out.stderr)
     return float(next(line.split()[-1] for line in out.stdout.splitlines()
-                      if "samples/s" in line))
+                      if "big-layer-samples-per-s" in line))
 
 
 def main():
