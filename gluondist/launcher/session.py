@@ -140,7 +140,8 @@ def launch_job(options: LaunchOptions, show: Show,
     transport = transport or _transport(options, base_env)
     shown = pslite_verbose(user_value(options, base_env, ev.PS_VERBOSE))[1]
     on_line = _console(show, record, hide_chatter=not shown)
-    restarts, port_retries, failures, every_host = 0, 0, [], options.hosts
+    restarts, port_retries, failures = 0, 0, []
+    every_host = (options.hosts, options.server_hosts)
     while True:
         if stop:
             raise Stopped(stop.signum)
@@ -176,22 +177,30 @@ def launch_job(options: LaunchOptions, show: Show,
 
 def _reachable(options: LaunchOptions, every_host, attempt: int,
                show: Show) -> Optional[LaunchOptions]:
-    """Before a restart over ssh: ``every_host`` checked again (the preflight), those that fail
-    it left out, each said so. The options on the hosts left, or None (said why) when their
-    slots no longer hold -n workers: -n is never lowered, since it sets the global batch."""
+    """Before a restart over ssh: ``every_host`` (the job's -H hosts and server hosts, as
+    first given) checked again (the preflight), those that fail it left out, each said so.
+    The options on the hosts left, or None (said why) when their slots no longer hold -n
+    workers, or the server hosts left no longer -s servers: neither is ever lowered (-n sets
+    the global batch)."""
     from .ssh import check_hosts
-    problems = check_hosts([h.name for h in every_host], options.python, options.ssh_config)
+    hosts, server_hosts = every_host
+    names = list(dict.fromkeys(h.name for h in (*hosts, *server_hosts)))
+    problems = check_hosts(names, options.python, options.ssh_config)
     for name, problem in problems.items():
         what = "is unreachable" if problem.startswith(UNREACHABLE) else "fails its check"
         show(f"gluondist: host {name} {what} ({problem}): left out of attempt {attempt}", True)
-    kept = tuple(h for h in every_host if h.name not in problems)
-    slots = sum(h.slots for h in kept)
-    if slots < options.num_workers:
-        show(f"gluondist: cannot restart: the hosts left have {slots} slot(s) for -n "
-             f"{options.num_workers}; -n is never lowered (it sets the global batch): bring "
-             "the hosts back or add some", True)
-        return None
-    return dataclasses.replace(options, hosts=kept)
+    kept = tuple(h for h in hosts if h.name not in problems)
+    kept_servers = tuple(h for h in server_hosts if h.name not in problems)
+    for what, left, need, flag, fix in (
+            ("slot(s)", kept, options.num_workers, "-n", "it sets the global batch"),
+            ("server slot(s)", kept_servers if server_hosts else None, options.num_servers,
+             "-s", "the layout is yours to change")):
+        if left is not None and sum(h.slots for h in left) < need:
+            show(f"gluondist: cannot restart: the hosts left have {sum(h.slots for h in left)} "
+                 f"{what} for {flag} {need}; {flag} is never lowered ({fix}): bring the hosts "
+                 "back or add some", True)
+            return None
+    return dataclasses.replace(options, hosts=kept, server_hosts=kept_servers)
 
 
 def _attempt(options, plan, on_line, transport, restarts, show, stop) -> LaunchResult:
