@@ -23,10 +23,10 @@ BLOCK = 1 << 16
 TIMEOUT = 60.0  # seconds for the connection and the transfer: a probe never hangs a bench
 
 
-def _my_address() -> Optional[int]:
+def _my_address() -> Optional[str]:
     host = os.environ.get(ev.DMLC_NODE_HOST)
     try:
-        return int(ipaddress.IPv4Address(socket.gethostbyname(host))) if host else None
+        return str(ipaddress.IPv4Address(socket.gethostbyname(host))) if host else None
     except (OSError, ValueError):
         return None
 
@@ -37,19 +37,21 @@ def probe(nbytes: int) -> Optional[float]:
     port = 0
     address = _my_address()
     if me == 0 and address is not None:
-        listener = socket.create_server((str(ipaddress.IPv4Address(address)), 0))
+        listener = socket.create_server((address, 0))
         listener.settimeout(TIMEOUT)
         port = listener.getsockname()[1]
-    table = kvstore.allgather([-1 if address is None else address, port])
-    addresses = [int(a) for a in table[:, 0]]
-    peers = [r for r, a in enumerate(addresses) if a >= 0 and a != addresses[0]]
+    # octets, not one 32-bit number: the kvstore may sum in float32, exact only below 2**24
+    octets = [-1] * 4 if address is None else [int(o) for o in address.split(".")]
+    table = kvstore.allgather([*octets, port]).astype(int)
+    addresses = [None if row[0] < 0 else ".".join(map(str, row[:4])) for row in table]
+    peers = [r for r, a in enumerate(addresses) if a is not None and a != addresses[0]]
     rate = 0.0
     try:
-        if addresses[0] >= 0 and peers:
+        if addresses[0] is not None and peers:
             if me == 0:
                 rate = _receive(listener, nbytes)
             elif me == peers[0]:
-                _send(str(ipaddress.IPv4Address(addresses[0])), int(table[0, 1]), nbytes)
+                _send(addresses[0], int(table[0, 4]), nbytes)
     finally:
         if listener is not None:
             listener.close()
