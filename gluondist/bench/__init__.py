@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
-from .model import DEFAULT_BIGARRAY_BOUND, Layout, calibrate, link_bytes, predict
+from .model import DEFAULT_BIGARRAY_BOUND, Layout, calibrate, key_parts, link_bytes, predict
 
 PREFIX = "gluondist-bench "
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
@@ -40,7 +40,6 @@ def sent_sizes(sizes: Sequence[int], chunk_bytes: int) -> List[int]:
 def busiest_share(sizes: Sequence[int], servers: int,
                   bound: int = DEFAULT_BIGARRAY_BOUND) -> float:
     """The fraction of the elements that the busiest server holds (model.key_parts)."""
-    from .model import key_parts
     load = [0.0] * servers
     for parts in key_parts(sizes, servers, bound):
         for server, elements in parts:

@@ -101,21 +101,7 @@ class LaunchOptions:
             raise LaunchError(f"--start-timeout must be positive, got {self.start_timeout!r}")
         if not _whole(self.max_restarts) or self.max_restarts < 0:
             raise LaunchError(f"--max-restarts must be 0 or more, got {self.max_restarts!r}")
-        if self.launcher not in LAUNCHERS:
-            raise LaunchError(f"unknown launcher {self.launcher!r}; use one of "
-                              f"{', '.join(LAUNCHERS)}")
-        if self.launcher == "ssh" and not self.hosts:
-            raise LaunchError("--launcher ssh needs hosts: -H hostfile or -H host1:2,host2:2")
-        if self.launcher == "local" and self.hosts:
-            raise LaunchError("-H places processes on other hosts: add --launcher ssh")
-        if self.launcher == "slurm" and not self.hosts:
-            raise LaunchError("--launcher slurm runs inside a Slurm allocation (sbatch or "
-                              "salloc); none found (SLURM_JOB_ID is unset)")
-        if self.server_hosts and self.launcher != "ssh":
-            raise LaunchError("--server-hosts puts the servers on hosts of their own, which "
-                              "needs --launcher ssh (and -H for the workers)")
-        if self.hosts:
-            self.placement()
+        self._check_placement()
         if not _whole(self.gpus_per_worker) or self.gpus_per_worker < 0:
             raise LaunchError(f"--gpus-per-worker must be 0 or more, got {self.gpus_per_worker!r}")
         if self.scheduler_address is not None and not self.hosts:
@@ -144,6 +130,25 @@ class LaunchOptions:
         if self.log_dir is not None:
             _check_log_dir(self.log_dir)
         return self
+
+    def _check_placement(self) -> None:
+        """The launcher, its hosts and the server hosts fit together, and the roles fit on
+        them."""
+        if self.launcher not in LAUNCHERS:
+            raise LaunchError(f"unknown launcher {self.launcher!r}; use one of "
+                              f"{', '.join(LAUNCHERS)}")
+        if self.launcher == "ssh" and not self.hosts:
+            raise LaunchError("--launcher ssh needs hosts: -H hostfile or -H host1:2,host2:2")
+        if self.launcher == "local" and self.hosts:
+            raise LaunchError("-H places processes on other hosts: add --launcher ssh")
+        if self.launcher == "slurm" and not self.hosts:
+            raise LaunchError("--launcher slurm runs inside a Slurm allocation (sbatch or "
+                              "salloc); none found (SLURM_JOB_ID is unset)")
+        if self.server_hosts and self.launcher != "ssh":
+            raise LaunchError("--server-hosts puts the servers on hosts of their own, which "
+                              "needs --launcher ssh (and -H for the workers)")
+        if self.hosts:
+            self.placement()
 
 
 def _whole(value) -> bool:
