@@ -92,8 +92,17 @@ class CallbackList:
             cb.on_epoch_end(run, epoch, logs)
 
     def on_train_end(self, run):
+        """Every callback closes, even when one before it fails; the first error is raised."""
+        errors = []
         for cb in self.callbacks:
-            cb.on_train_end(run)
+            try:
+                cb.on_train_end(run)
+            except Exception as exc:
+                if errors:
+                    log.exception("%s.on_train_end failed", type(cb).__name__)
+                errors.append(exc)
+        if errors:
+            raise errors[0]
 
     def on_exception(self, run, exc):
         """Every callback hears of ``exc``, even when one of them fails in turn (logged)."""

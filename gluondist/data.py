@@ -84,7 +84,14 @@ class DatasetSource(Source):
             raise ValueError(f"the dataset's samples are dicts (keys {list(samples[0])}), but "
                              "fit takes (x, y) or (x, y, sample_weight) tuples: turn them into "
                              "tuples with dataset.transform(lambda s: (s['x'], s['y']))")
-        return self._place(self.batchify_fn(samples), ctxs)
+        try:
+            batch = self.batchify_fn(samples)
+        except (KeyError, TypeError, ValueError) as exc:  # None, strings, ragged arrays
+            raise ValueError(f"the dataset's samples cannot be stacked into a batch (a sample "
+                             f"is {_kinds(samples[0])}): every field must be a number or an "
+                             "array of numbers of one shape; transform the others into numbers "
+                             f"or leave them out ({type(exc).__name__}: {exc})") from exc
+        return self._place(batch, ctxs)
 
     def _place(self, batch, ctxs):
         inputs, labels, weight = unpack(batch, self.labelled)
@@ -160,6 +167,16 @@ def _parts(cols, labels, weights, several_inputs):
         data_parts.append(tuple(col[c] for col in cols) if several_inputs else cols[0][c])
         target_parts.append((tuple(col[c] for col in labels), weights[c]))
     return data_parts, target_parts
+
+
+def _kinds(field) -> str:
+    """A sample's fields by type, as "(ndarray float32, NoneType)"."""
+    if isinstance(field, (tuple, list)):
+        return "(" + ", ".join(_kinds(f) for f in field) + ")"
+    if isinstance(field, np.generic):
+        return str(field.dtype)
+    dtype = getattr(field, "dtype", None)
+    return type(field).__name__ + (f" {dtype}" if dtype is not None else "")
 
 
 def unpack(batch, labelled: bool = True):

@@ -121,10 +121,9 @@ def _predicted(net, data) -> tuple:
 
 def _setup(net, data, batch_size, ctx, labelled=True, default=32):
     ctxs = parallel.contexts(ctx)
-    if not parallel.is_initialized(net) or any(
-            p._deferred_init for p in net.collect_params().values()):
-        raise ValueError("the net has no trained parameters yet: train it with fit, load them "
-                         "(net.load_parameters), or initialise it")
+    if not parallel.is_initialized(net):  # deferred shapes are set by the first forward
+        raise ValueError("the net has no parameters yet: train it with fit, load them "
+                         "(net.load_parameters), or initialise them (net.initialize())")
     check_float32(net)
     parallel.initialize(net, ctxs)  # moved to ctxs, values kept
     src, loader_batch = source(data, "data", labelled=labelled)

@@ -219,12 +219,13 @@ def _check_per_sample(objective: Objective, outs, labels, name: str) -> None:
     """fit weighs, sums and averages the losses itself: each must give one value per sample."""
     for j, (fn, o, y) in enumerate(zip(objective.losses, outs, labels)):
         value = fn(o, y)
-        if value.ndim == 0 or value.shape[0] != o.shape[0]:
+        if value.shape != (o.shape[0],):
             where = f" (output {j})" if objective.several else ""
             raise ValueError(f"the loss{where} gives shape {value.shape} for a batch of "
                              f"{o.shape[0]} samples of {name}: fit needs one loss value per "
-                             "sample, as gluon's losses give; return the per-sample losses, "
-                             "not their mean or sum over the batch")
+                             f"sample, shape ({o.shape[0]},), as gluon's losses give; return "
+                             "the per-sample losses (averaged over any other axes), not their "
+                             "mean or sum over the batch")
 
 
 def _class_axis(loss, out) -> Optional[int]:

@@ -193,8 +193,13 @@ def _agree(plan: _Plan, start: int) -> None:
                           "val_data samples": len(plan.val) if plan.val is not None else -1})
     if differ:
         raise ValueError(f"the workers hold different data ({differ}); {SHARD_HINT}")
+    last = {"keep": 0, "discard": 1}
     differ = differences({"batch_size": plan.batch_size, "val batch size": plan.val_batch,
-                          "epochs": plan.epochs, "accumulate": plan.accumulate})
+                          "epochs": plan.epochs, "accumulate": plan.accumulate,
+                          "seed (-1: none)": -1 if plan.seed is None else plan.seed,
+                          "last_batch (0: keep, 1: discard)": last[plan.train.last_batch],
+                          "val last_batch (0: keep, 1: discard)":
+                              last[plan.val.last_batch] if plan.val is not None else -1})
     if differ:
         raise ValueError(f"the workers called fit with different settings ({differ}); every "
                          "worker must make the same fit call")

@@ -96,8 +96,13 @@ def test_predict_returns_outputs_in_sample_order(small):
     accuracy = (out.argmax(axis=1) == small[1][1]).mean()
     assert accuracy == pytest.approx(h.history["val_accuracy"][-1], abs=1e-9)
     assert np.allclose(out, net(mx.nd.array(small[1][0])).asnumpy(), atol=1e-5)
-    with pytest.raises(ValueError, match="no trained parameters"):
+    with pytest.raises(ValueError, match="no parameters yet"):
         gluondist.predict(mlp(), small[1][0])
+    fresh = mlp()
+    fresh.initialize()  # deferred: the shapes come with the first batch, as in MXNet
+    out = gluondist.predict(fresh, small[1][0], ctx=2)
+    assert out.shape == (200, 10)
+    assert np.allclose(out, fresh(mx.nd.array(small[1][0])).asnumpy(), atol=1e-5)
 
 
 def test_restore_best_weights_leaves_the_best_epoch(small):

@@ -131,6 +131,23 @@ def test_a_loss_that_reduces_the_batch_is_refused(small, reduce):
         fit_mlp(small[0], loss=MeanLoss(reduce))
 
 
+class ElementLoss(mx.gluon.loss.Loss):
+    """A value per sample and output unit, not averaged over the units."""
+
+    def __init__(self):
+        super().__init__(None, 0)
+
+    def hybrid_forward(self, F, pred, label):
+        return F.square(pred - F.one_hot(label, 10))
+
+
+def test_a_loss_with_a_value_per_unit_is_refused(small):
+    with pytest.raises(ValueError, match=r"gives shape \(30, 10\) for a batch of 30 samples "
+                                         r"of train_data: fit needs one loss value per sample, "
+                                         r"shape \(30,\)"):
+        fit_mlp(small[0], loss=ElementLoss())
+
+
 # (6) sample weights are cast like labels
 @pytest.mark.parametrize("kind", ["python float", "python int", "float64", "array float64"])
 def test_dataset_weights_of_any_number_type(small, kind):
@@ -312,6 +329,17 @@ def test_an_error_in_one_callbacks_on_exception_still_reaches_the_others(small, 
     assert isinstance(stop.heard, KeyboardInterrupt) and "Broken.on_exception failed" in caplog.text
 
 
+def test_an_error_in_one_callbacks_on_train_end_still_lets_the_others_close(small, tmp_path):
+    class Broken(Callback):
+        def on_train_end(self, run):
+            raise RuntimeError("broken end")
+
+    board = TensorBoard(tmp_path / "tb")
+    with pytest.raises(RuntimeError, match="broken end"):
+        fit_mlp(small[0], callbacks=[Broken(), board])
+    assert board._writer is None
+
+
 # the traps
 def test_a_list_of_rows_as_X_says_what_to_do(small):
     X, y = small[0]
@@ -324,6 +352,18 @@ def test_a_list_of_rows_as_X_says_what_to_do(small):
     with pytest.raises(ValueError) as info:  # 64 rows of 64: as long as each other
         gluondist.predict(net, list(X[:64]))
     assert "(64 inputs)" in str(info.value) and len(str(info.value)) < 400
+
+
+@pytest.mark.parametrize("sample, kinds", [
+    (lambda x, y: (x, None), r"\(ndarray float32, NoneType\)"),
+    (lambda x, y: (x, "cat"), r"\(ndarray float32, str\)"),
+    (lambda x, y: (x, y, None), r"\(ndarray float32, float32, NoneType\)")])
+def test_samples_that_are_not_numbers_are_named(small, sample, kinds):
+    X, y = small[0]
+    data = gdata.SimpleDataset([sample(X[i], y[i]) for i in range(len(X))])
+    with pytest.raises(ValueError, match=r"samples cannot be stacked into a batch \(a sample is "
+                                         f"{kinds}\\): every field must be a number"):
+        gluondist.fit(mlp(), data)
 
 
 def test_dict_samples_are_refused_with_a_hint(small):

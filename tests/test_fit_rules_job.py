@@ -13,7 +13,7 @@ SCRIPT = str(SCRIPTS / "fit_rules_job.py")
 
 
 def test_shards_of_different_lengths_fail_quickly_on_every_worker(launch, tmp_path):
-    """Also evaluate's shards, and fit calls that differ in epochs."""
+    """Also evaluate's shards, and fit calls that differ in epochs or seed."""
     started = time.monotonic()
     job = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, "shard")
     assert job.wait(timeout=120) == 1, job.err
@@ -30,6 +30,9 @@ def test_shards_of_different_lengths_fail_quickly_on_every_worker(launch, tmp_pa
         assert (tmp_path / f"{rank}.epochs").read_text() == (
             "the workers called fit with different settings (epochs: worker 0 2, worker 1 3); "
             "every worker must make the same fit call")
+        assert (tmp_path / f"{rank}.seed").read_text().startswith(
+            "the workers called fit with different settings (seed (-1: none): worker 0 0, "
+            "worker 1 1)")
     assert job.leftovers() == []
 
 

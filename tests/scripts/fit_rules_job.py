@@ -1,9 +1,9 @@
 """fit's rules in a job: `fit_rules_job.py OUT_DIR MODE`.
 
 MODE `shard`: each worker passes its own shard, X[rank::2] of 257 samples (129 against 128),
-as the classic recipe does. evaluate, then fit with epochs differing by rank, then fit on the
+as the classic recipe does. evaluate, then fit with epochs and then seeds differing by rank, then fit on the
 shards must each be refused on every worker before any batch: each worker writes the message
-to <rank>.evaluate, <rank>.epochs and <rank>.error, meeting the others at a barrier after each
+to <rank>.evaluate, <rank>.epochs, <rank>.seed and <rank>.error, meeting the others at a barrier after each
 (so every file exists before any worker exits), and re-raises the last.
 
 MODE `refit`: several fits in a row on one checkpoint_dir, each resuming the previous one and
@@ -56,6 +56,7 @@ def main():
         model(mx.nd.ones((1, 8)))
         refused(out, "evaluate", lambda: gluondist.evaluate(model, shard))
         refused(out, "epochs", lambda: gluondist.fit(net(16), (X, y), epochs=2 + rank, seed=1))
+        refused(out, "seed", lambda: gluondist.fit(net(16), (X, y), epochs=2, seed=rank))
         refused(out, "error", lambda: gluondist.fit(net(16), shard, epochs=2, batch_size=16,
                                                     seed=1), reraise=True)
         return
