@@ -159,3 +159,35 @@ def test_per_role_a_failed_worker_leaves_the_rest_to_the_deadline(tmp_path):
     assert 25 <= controller.failed["job-scheduler"] < 30
     assert 25 <= controller.failed["job-server"] < 30
     assert all(t < 60 for _, t in ended.values()), ended
+
+
+def test_sigterm_reaches_a_process_that_left_the_roles_group(tmp_path):
+    # A container is not always its own PID namespace (shareProcessNamespace): the pod entry
+    # must end every process of the role's session, not just its process group.
+    script = tmp_path / "escape.py"
+    script.write_text(
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
+        " process_group=0)\n"
+        f"open({str(tmp_path / 'pid')!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(600)\n")
+    env = {**os.environ, "JOB_COMPLETION_INDEX": "2"}
+    pod = subprocess.Popen([sys.executable, "-m", "gluondist.launcher.pod", "--servers", "1",
+                            "--", "python", str(script)], env=env)
+    try:
+        wait_until(lambda: (tmp_path / "pid").exists() and (tmp_path / "pid").read_text(),
+                   timeout=60, message="the escaped process started")
+        escaped = int((tmp_path / "pid").read_text())
+        pod.send_signal(signal.SIGTERM)
+        assert pod.wait(timeout=30) == 143
+        wait_until(lambda: not os.path.exists(f"/proc/{escaped}") or
+                   open(f"/proc/{escaped}/stat").read().rsplit(")", 1)[1].split()[0] == "Z",
+                   timeout=10, message="the escaped process ended")
+    finally:
+        pod.kill()
+        pod.wait()
+        if (tmp_path / "pid").exists() and (tmp_path / "pid").read_text():
+            try:
+                os.kill(int((tmp_path / "pid").read_text()), signal.SIGKILL)
+            except OSError:
+                pass

@@ -149,3 +149,19 @@ def test_a_failing_worker_runs_its_atexit_handlers_and_flushes_its_files(launch,
     assert (tmp_path / "atexit.1").read_text() == "ran"
     assert (tmp_path / "buffered.1").read_text() == "buffered"
     assert job.leftovers() == []
+
+
+def test_a_handler_that_holds_the_interpreter_is_ended_by_the_alarm(tmp_path):
+    # The grace's timer thread cannot run while the main thread holds the GIL in C code (a
+    # catastrophic regex here): SIGALRM's default action ends the process 3 s after the grace.
+    script = tmp_path / "hold.py"
+    script.write_text(textwrap.dedent("""\
+        import atexit, re
+        atexit.register(lambda: re.match(r"(a+)+$", "a" * 64 + "b"))
+        raise RuntimeError("failed")
+    """))
+    env = dict(os.environ, GLUONDIST_EXIT_GRACE="1")
+    proc = subprocess.run([sys.executable, "-m", "gluondist.launcher.bootstrap", str(script)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGALRM, proc.stderr
+    assert "RuntimeError: failed" in proc.stderr

@@ -4,10 +4,10 @@
 In one Indexed Job for the whole job the completion index picks the role: index 0 runs the
 scheduler, the next S the servers (MXNet's server loop), the rest the workers (COMMAND under
 the worker bootstrap, so a failure exits with the script's code at once). With ``--role`` (one
-Indexed Job per role) the index is the rank within that role. The
-role's environment comes from roles.py, as for every other launcher. This process stays as the
-container's PID 1: it passes SIGTERM (Kubernetes ending the pod) to the role's process tree,
-which PID 1's default of ignoring SIGTERM would not, and exits with the role's code.
+Indexed Job per role) the index is the rank within that role. The role's environment comes
+from roles.py, as for every other launcher. This process stays as the container's PID 1: it
+passes SIGTERM (Kubernetes ending the pod) to every process of the role's session, which PID
+1's default of ignoring SIGTERM would not, and exits with the role's code.
 Standard library only.
 """
 import argparse
@@ -18,6 +18,7 @@ import sys
 import threading
 
 from gluondist.envvars import JOB_COMPLETION_INDEX as INDEX
+from gluondist.launcher.process import signal_tree
 from gluondist.launcher.roles import role_env, role_of_index, server_argv, worker_argv
 
 STOP_GRACE = 5.0  # seconds between passing SIGTERM on and SIGKILL
@@ -45,25 +46,18 @@ def main(argv) -> int:
         # No child.wait() here: the interrupted wait below holds Popen's lock. Pass the signal
         # on, make sure with SIGKILL later, and let that wait return.
         stopped.append(signum)
-        _killpg(child.pid, signal.SIGTERM)
-        timer = threading.Timer(STOP_GRACE, _killpg, (child.pid, signal.SIGKILL))
+        signal_tree(child.pid, signal.SIGTERM)
+        timer = threading.Timer(STOP_GRACE, signal_tree, (child.pid, signal.SIGKILL))
         timer.daemon = True  # exiting must not wait for it
         timer.start()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     code = child.wait()
-    _killpg(child.pid, signal.SIGKILL)  # whatever the role left behind
+    signal_tree(child.pid, signal.SIGKILL)  # whatever the role left behind
     if stopped:
         return 128 + stopped[0]
     return 128 - code if code < 0 else code
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except OSError:
-        pass
 
 
 if __name__ == "__main__":

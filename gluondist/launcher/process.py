@@ -292,13 +292,13 @@ class ProcessGroup:
     def _close(self, timeout: float, hurry: threading.Event) -> List[ProcessSpec]:
         stopped = [c.spec for c in self.running()]
         for child in self.running():
-            _signal_tree(child.proc.pid, signal.SIGTERM)
+            signal_tree(child.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while self.running() and time.monotonic() < deadline and not hurry.is_set():
             self.poll()
             time.sleep(0.02)
         for child in self.children:  # leftovers, and anything the children left behind
-            _signal_tree(child.proc.pid, signal.SIGKILL)
+            signal_tree(child.proc.pid, signal.SIGKILL)
         self._reap()
         for child in self.children:
             child.error_record()  # read before the files go
@@ -447,7 +447,7 @@ def session_pids(sid: int) -> List[int]:
     return [pid for pid, fields in _session_stats(sid) or () if fields[0] != b"Z"]
 
 
-def _signal_tree(pid: int, sig: int) -> None:
+def signal_tree(pid: int, sig: int) -> None:
     """``sig`` to a child's process group and to every process of its session: a
     grandchild that made a group of its own (setpgid, a shell's job control) is still
     reached; only one that started a session of its own leaves."""

@@ -37,7 +37,7 @@ from typing import Optional
 
 from .. import __version__
 from .. import envvars as ev
-from .process import STACK_SIGNAL, session_cpu, session_pids
+from .process import STACK_SIGNAL, session_cpu, signal_tree
 
 PROTOCOL = 1
 KILL_AFTER = 5.0  # SIGTERM, then SIGKILL this much later
@@ -85,13 +85,7 @@ class Remote:
             threading.Thread(target=target, daemon=True).start()
 
     def signal_tree(self, sig: int) -> None:
-        """``sig`` to the child's process group and to anything else left in its session."""
-        sid = self.child.pid
-        for pid in [sid] + session_pids(sid):
-            try:
-                os.killpg(pid, sig) if pid == sid else os.kill(pid, sig)
-            except OSError:
-                pass
+        signal_tree(self.child.pid, sig)
 
     def stop(self, *_) -> None:
         # No child.wait() here: a signal handler interrupts the main thread's wait, which holds
