@@ -88,10 +88,6 @@ def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = ()
     common = job_env(options.scheduler_address or placement.scheduler.addr, port,
                      options.num_workers, options.num_servers, options.interface)
     threads = thread_count(options, cores, base_env)
-    notes = ()
-    if threads is not None and options.threads is None:
-        notes = (f"OMP_NUM_THREADS={threads} for each of {options.num_workers} worker(s) on "
-                 f"{cores} core(s); set OMP_NUM_THREADS to override",)
     # What the launcher itself relies on goes over the user's --env: ps-lite's join messages
     # (see pslite_verbose) and an explicit --threads.
     forced = {ev.PS_VERBOSE: pslite_verbose(user_value(options, base_env, ev.PS_VERBOSE))[0]}
@@ -117,19 +113,23 @@ def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = ()
     specs = [spec("scheduler", 0, placement.scheduler, server_argv(options.python),
                   scheduler_extra)]
     for r, i in enumerate(pslite_order(placement.servers)):
-        extra = dict(light)
-        if server_ports:
-            extra[ev.PS_PORT] = str(server_ports[r])
+        extra = {**light, ev.PS_PORT: str(server_ports[r])} if server_ports else dict(light)
         specs.append(spec("server", r, placement.servers[i], server_argv(options.python), extra))
     argv = worker_argv(options.command, options.python)
     for r, i in enumerate(pslite_order(placement.workers)):
-        extra = {}
-        if worker_ports:
-            extra[ev.PS_PORT] = str(worker_ports[r])
+        extra = {ev.PS_PORT: str(worker_ports[r])} if worker_ports else {}
         if threads is not None:
             extra[ev.OMP_NUM_THREADS] = str(threads)
         if options.gpus_per_worker:
             extra[ev.CUDA_VISIBLE_DEVICES] = gpu_list(placement.local_ranks[i],
                                                       options.gpus_per_worker)
         specs.append(spec("worker", r, placement.workers[i], argv, extra))
-    return LaunchPlan(port, tuple(specs), notes)
+    return LaunchPlan(port, tuple(specs), _threads_note(options, threads, cores))
+
+
+def _threads_note(options: LaunchOptions, threads: Optional[int], cores: int) -> Tuple[str, ...]:
+    """What the launcher tells the user when it chose the workers' thread count."""
+    if threads is None or options.threads is not None:
+        return ()
+    return (f"OMP_NUM_THREADS={threads} for each of {options.num_workers} worker(s) on "
+            f"{cores} core(s); set OMP_NUM_THREADS to override",)
