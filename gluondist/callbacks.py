@@ -20,13 +20,20 @@ log = logging.getLogger(__name__)
 
 class Callback:
     """Override any hook. ``run`` is the training run: ``run.net``, ``run.trainer``,
-    ``run.history``, ``run.epoch``, ``run.epochs``, ``run.rank``, ``run.num_workers``, and
-    ``run.stop_training``, which a callback sets to True to stop. Training then stops at the end
-    of the current epoch (in a job, once all workers have finished it), so the checkpoint of
-    that epoch is complete and a later fit resumes exactly.
+    ``run.history``, ``run.epoch``, ``run.epochs``, ``run.start`` (the first epoch this call
+    trains), ``run.steps`` (batches per epoch), ``run.rank``, ``run.num_workers``, ``run.seed``,
+    ``run.mode`` (the kvstore's :class:`~gluondist.kinds.Mode`, None without one), ``run.agree``
+    (the workers step together), ``run.updates_on_servers`` (``dist_async``),
+    ``run.callbacks``, and ``run.stop_training``, which a callback sets to True to stop.
+    Training then stops at the end of the current epoch (in a job, once all workers have
+    finished it), so the checkpoint of that epoch is complete and a later fit resumes exactly.
 
     A callback whose state should survive a resume (as EarlyStopping's does) returns it from
     ``state_dict()`` as JSON-serialisable data and takes it back in ``load_state_dict()``."""
+
+    def check(self, keys: Sequence[str]) -> None:
+        """Before training, with the keys the run's logs will have: raise ValueError for a
+        setting that cannot work (a monitored key the run does not record, say)."""
 
     def on_train_begin(self, run) -> None:
         pass
@@ -279,20 +286,20 @@ class Checkpointer(Callback):
     def on_epoch_end(self, run, epoch, logs):
         from . import checkpoint, kvstore
         if run.rank == 0:
-            checkpoint.save(self.directory, epoch, run.net, None if run.step.async_mode else
+            checkpoint.save(self.directory, epoch, run.net, None if run.updates_on_servers else
                             run.trainer, {"seed": run.seed,
                                           "signature": checkpoint.signature(run.net),
                                           "history": run.history.history,
                                           "rng": checkpoint.rng_states(),
                                           "callbacks": run.callbacks.state_dict()},
                             run.callbacks.state_arrays())
-        if run.step.agree:  # no worker reads the directory (a next fit) before it is complete
+        if run.agree:  # no worker reads the directory (a next fit) before it is complete
             kvstore.barrier()
 
     def on_train_end(self, run):
         # dist_async workers may stop at different epochs (each decides alone): they meet once,
         # when fit ends, so that a next fit finds rank 0's last checkpoint on every worker
-        if run.step.async_mode:
+        if run.updates_on_servers:
             from . import kvstore
             kvstore.barrier()
 
@@ -303,7 +310,7 @@ class StopAgreement(Callback):
     records it. fit places it after the user's callbacks; in one process it does nothing."""
 
     def on_epoch_end(self, run, epoch, logs):
-        if run.step.agree:
+        if run.agree:
             from .kvstore import allreduce
             run.stop_training = bool(allreduce([float(run.stop_training)])[0] > 0)
 

@@ -60,9 +60,9 @@ def evaluate(net, data, loss=None, metrics="auto", batch_size=None, ctx=None,
     ctxs, src, batch_size = _setup(net, data, batch_size, ctx)
     objective = check_batch(net, None, src, "data", ctxs[0], batch_size, loss, loss_weights,
                             metrics)
-    kind = kvs.resolve_kind("auto", len(ctxs))
-    if kind in ("dist_sync", "dist_device_sync"):
-        kv = kvs.create(kind, len(ctxs))
+    mode = kvs.resolve_mode("auto", len(ctxs))
+    if mode is not None and mode.needs_agreement:
+        kv = kvs.create(mode, len(ctxs))
         differ = differences({"data samples": len(src), "batch_size": batch_size})
         if differ:
             raise ValueError(f"the workers called evaluate with different data ({differ}); "

@@ -1,5 +1,7 @@
 """Parameter-server mode: this process's place in the job, the kvstore, a trainer and a sampler
-that are correct together.
+that are correct together. The parts live in :mod:`gluondist.job` (identity, the kvstore, the
+collectives), :mod:`gluondist.trainer` and :mod:`gluondist.sampling`; this module is their one
+public door.
 
 What the copied recipes get wrong, and what is done here instead:
 
@@ -17,42 +19,23 @@ What the copied recipes get wrong, and what is done here instead:
 """
 from __future__ import annotations
 
-import logging
-import math
-import os
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 import numpy as np
 
-from . import envvars, parallel
-from .safepickle import check_sendable
-from ._mx import mx
+from .job import (JOB, MAX_KEY, MAX_REDUCE, REDUCE_BASE, REDUCE_CHUNK, REDUCE_SAFE,  # noqa: F401
+                  is_distributed, reduce_keys, resolve_mode, role)
+from .kinds import DIST_KINDS, KINDS, Mode  # noqa: F401
+from .sampling import ShardedBatchSampler  # noqa: F401
+from .trainer import (CHUNK_BYTES, TrainStep, _KeyedStore, chunk_bounds,  # noqa: F401
+                      make_trainer, parameter_chunks)
 
-log = logging.getLogger(__name__)
-
-from .kinds import DIST_KINDS, KINDS  # noqa: E402,F401  (kept as kvstore.KINDS, .DIST_KINDS)
-
-_dist_kvstore = None  # MXNet allows one distributed kvstore per process: created once, reused
-
-
-def role() -> Optional[str]:
-    """This process's ps-lite role (``'worker'``, ``'server'``, ``'scheduler'``), or None when
-    it was not started as part of a parameter-server job."""
-    return os.environ.get(envvars.DMLC_ROLE) or None
-
-
-def is_distributed() -> bool:
-    """True in a worker of a launched parameter-server job."""
-    return role() == "worker"
+resolve_kind = resolve_mode  # its first name
 
 
 def num_workers() -> int:
     """Number of workers in the job (1 outside a launched job)."""
-    if _dist_kvstore is not None:
-        return _dist_kvstore.num_workers
-    if is_distributed():
-        return int(os.environ.get(envvars.DMLC_NUM_WORKER, "1"))
-    return 1
+    return JOB.num_workers()
 
 
 def rank() -> int:
@@ -60,142 +43,21 @@ def rank() -> int:
 
     Once the distributed kvstore exists its rank is the truth; before that the launcher's rank
     (which it arranges to be the same) is used."""
-    if _dist_kvstore is not None:
-        return _dist_kvstore.rank
-    if is_distributed():
-        return int(os.environ.get(envvars.GLUONDIST_RANK, "0"))
-    return 0
+    return JOB.rank()
 
 
-def resolve_kind(kind: str = "auto", num_contexts: int = 1) -> Optional[str]:
-    """The kvstore kind ``kind`` stands for here, or None when no kvstore is needed.
-
-    ``'auto'`` is the launcher's ``--kvstore`` (``dist_sync`` by default) inside a launched job,
-    ``'device'`` for several devices in one process, and None for one device."""
-    if kind is None:
-        return None
-    if kind != "auto" and kind not in KINDS:
-        raise ValueError(f"unknown kvstore kind {kind!r}; use 'auto' or one of: {', '.join(KINDS)}")
-    if kind == "auto":
-        if is_distributed():
-            kind = os.environ.get(envvars.GLUONDIST_KVSTORE) or "dist_sync"
-        else:
-            return "device" if num_contexts > 1 else None
-    if kind in DIST_KINDS and not is_distributed():
-        raise RuntimeError(
-            f"kvstore {kind!r} needs a parameter-server job: start the script with "
-            f"`gluondist launch -n WORKERS -s SERVERS script.py`, or use kvstore='auto'")
-    return kind
-
-
-def create(kind: str = "auto", num_contexts: int = 1):
-    """Create (or, for a distributed kind, return the one cached) kvstore.
+def create(kind: Optional[str] = "auto", num_contexts: int = 1):
+    """Create (or, for a distributed kind, return the one kept) kvstore.
 
     Returns an ``mx.kv.KVStore``, or None where ``kind='auto'`` needs none (one process, one
     device). Raises ValueError for an unknown kind and RuntimeError for a distributed kind
     outside a launched job (MXNet would otherwise wait forever for a scheduler)."""
-    global _dist_kvstore
-    kind = resolve_kind(kind, num_contexts)
-    if kind is None:
-        return None
-    if kind not in DIST_KINDS:
-        return mx.kv.create(kind)
-    if _dist_kvstore is not None:
-        if _dist_kvstore.type != kind:
-            raise RuntimeError(
-                f"this process already has a {_dist_kvstore.type!r} kvstore and MXNet allows only "
-                f"one distributed kvstore per process; use {_dist_kvstore.type!r} again")
-        return _dist_kvstore
-    _dist_kvstore = mx.kv.create(kind)
-    expected = os.environ.get(envvars.GLUONDIST_RANK)
-    if expected is not None and int(expected) != _dist_kvstore.rank:
-        log.warning("launcher rank %s got kvstore rank %d (ps-lite numbers workers by address "
-                    "and port: a port taken at start, or pods on Kubernetes, can reorder them); "
-                    "gluondist.kvstore.rank() follows the kvstore", expected, _dist_kvstore.rank)
-    return _dist_kvstore
+    return JOB.create(kind, num_contexts)
 
 
 def barrier() -> None:
     """Wait until every worker of the job is here (a no-op outside a distributed job)."""
-    if _dist_kvstore is not None:
-        _dist_kvstore._barrier()
-
-
-def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
-                 num_contexts: int = 1, batch_size: Optional[int] = None,
-                 chunk_bytes: Optional[int] = None):
-    """A ``gluon.Trainer`` whose kvstore semantics are right, ready for the first step.
-
-    ``kvstore`` is a kind (see :func:`create`) or a KVStore. Sync modes update on the workers
-    (``update_on_kvstore=False``); ``dist_async`` on the servers. With a distributed kvstore the
-    parameters must already be initialised with known shapes (run one forward pass first): they
-    are broadcast from worker 0 and every worker waits at a barrier before this returns, so the
-    first pull cannot race a gradient push. Call ``step()`` with the *global* batch size.
-
-    ``dist_async`` applies each worker's gradient alone, with a scale fixed when the optimizer
-    is sent to the servers (here): give ``batch_size``, the local size every ``step()`` uses.
-
-    Any number of trainers may be made in one process, one after another (a second ``fit``, a
-    new model): each gets kvstore keys after the previous one's, so a distributed kvstore (which
-    MXNet keeps for the life of the process) never sees a key registered twice. Every worker
-    must make the same sequence of trainers; in ``dist_sync`` this is checked.
-
-    In sync modes each gradient of more than ``chunk_bytes`` (default :data:`CHUNK_BYTES`, or
-    ``GLUONDIST_CHUNK_BYTES``; 0 sends every one whole) is pushed and pulled in chunks of
-    about that size, on keys of their own, so the pull of one chunk overlaps the push of the
-    next: one big array then takes about as long as the same bytes in many small ones. The
-    chunks are views of the gradient, and the result is bit-equal to sending it whole."""
-    if chunk_bytes is None:
-        chunk_bytes = int(os.environ.get(envvars.GLUONDIST_CHUNK_BYTES, CHUNK_BYTES))
-    kv = create(kvstore, num_contexts) if isinstance(kvstore, str) or kvstore is None else kvstore
-    dist = kv is not None and "dist" in kv.type
-    update_on_kvstore = None if kv is None else (dist and "async" in kv.type)
-    if dist:
-        params = list(params.values()) if hasattr(params, "values") else list(params)
-        # dist_async's servers run the optimizer, which needs each parameter whole (its state,
-        # lr_mult by name, LARS' and LAMB's norms): only updates on the workers are chunked
-        chunks = [parameter_chunks(p, 0 if update_on_kvstore else chunk_bytes) for p in params]
-        kv = _KeyedStore(kv, _reserve_keys(kv, sum(map(len, chunks)), not update_on_kvstore),
-                         chunks)
-    if isinstance(optimizer, mx.optimizer.Optimizer) and optimizer_params:
-        raise ValueError("give optimizer_params only with an optimizer name: an "
-                         "mx.optimizer.Optimizer instance carries its own settings")
-    trainer = mx.gluon.Trainer(params, optimizer, optimizer_params, kvstore=kv,
-                               update_on_kvstore=update_on_kvstore)
-    if dist:
-        pending = [p.name for p in trainer._params if p._deferred_init]
-        if pending:
-            raise ValueError(
-                f"parameters {', '.join(pending[:3])} have unknown shapes; run one forward pass "
-                "(or give in_units) before make_trainer so worker 0 can broadcast them")
-        if update_on_kvstore:
-            if batch_size is None:
-                raise ValueError("dist_async needs make_trainer(..., batch_size=LOCAL_BATCH): "
-                                 "the servers fix the gradient scale when they get the optimizer")
-            trainer._optimizer.rescale_grad = trainer._scale / batch_size
-            check_sendable(trainer._optimizer)  # what the servers will load, refused here first
-        # Trainer would do this lazily inside the first step(), after the forward pass; doing
-        # it now and waiting closes the init-pull / gradient-push race described above.
-        trainer._init_kvstore()
-        trainer._init_params()
-        mx.nd.waitall()
-        kv._barrier()
-    return trainer
-
-
-# Keys of allreduce. MXNet 1.9.1 (src/kvstore/kvstore_dist.h, EncodeDefaultKey) sends an array
-# of fewer than MXNET_KVSTORE_BIGARRAY_BOUND elements whole to server `(key * 9973) %
-# num_servers`, computed in a C int; bigger arrays are sliced over every server without that
-# product. Since 9973 * 2**30 wraps to 2**30 modulo 2**32, key 2**30 + m gives the server
-# (2**30 + 9973 * m) % servers, non-negative while 9973 * m < 2**30, i.e. m <= 107,664; past
-# that the int turns negative and so does the index (a crash, "ps_key < krs[server].end()").
-# So a vector of n <= REDUCE_CHUNK values gets key REDUCE_BASE + n (a key's shape is fixed at
-# init: one key per length), and a longer one is cut into chunks of REDUCE_CHUNK values
-# (the last zero-padded) on keys REDUCE_BASE + REDUCE_CHUNK + 1 + j.
-REDUCE_BASE = 1 << 30
-REDUCE_CHUNK = 1 << 15
-REDUCE_SAFE = (1 << 30) // 9973  # the largest safe m
-MAX_REDUCE = (REDUCE_SAFE - REDUCE_CHUNK) * REDUCE_CHUNK  # the longest vector allreduce takes
+    JOB.barrier()
 
 
 def allreduce(values: Sequence[float]) -> np.ndarray:
@@ -204,375 +66,10 @@ def allreduce(values: Sequence[float]) -> np.ndarray:
     Used for metrics, flags and BatchNorm statistics that every worker must agree on, of any
     length up to MAX_REDUCE (about 2.4e9). All workers must call it the same number of times,
     with the same lengths."""
-    values = np.asarray(values, dtype=np.float64).ravel()
-    if _dist_kvstore is None:
-        return values
-    n = len(values)
-    keys = reduce_keys(n)
-    if n <= REDUCE_CHUNK:
-        return _pushpull(keys, [values])[0]
-    chunks = np.zeros(len(keys) * REDUCE_CHUNK)
-    chunks[:n] = values
-    return np.concatenate(_pushpull(keys, list(chunks.reshape(len(keys), -1))))[:n]
-
-
-def reduce_keys(n: int) -> List[int]:
-    """The kvstore keys allreduce sums ``n`` values on (see REDUCE_BASE)."""
-    if n <= REDUCE_CHUNK:
-        return [REDUCE_BASE + n]
-    if n > MAX_REDUCE:
-        raise ValueError(f"allreduce of {n} values: at most {MAX_REDUCE} fit MXNet's keys")
-    return [REDUCE_BASE + REDUCE_CHUNK + 1 + j for j in range(-(-n // REDUCE_CHUNK))]
-
-
-def _pushpull(keys: List[int], parts: List[np.ndarray]) -> List[np.ndarray]:
-    """Sum each part on its key over the workers; every key first used is initialised."""
-    arrays = [mx.nd.array(p, dtype="float64") for p in parts]
-    new = [(k, a) for k, a in zip(keys, arrays) if k not in _allreduce_keys]
-    if new:
-        _dist_kvstore.init([k for k, _ in new], [mx.nd.zeros_like(a) for _, a in new])
-        _allreduce_keys.update(k for k, _ in new)
-    outs = [mx.nd.zeros_like(a) for a in arrays]
-    _dist_kvstore.pushpull(keys, arrays, out=outs)
-    return [o.asnumpy() for o in outs]
-
-
-_allreduce_keys: set = set()
+    return JOB.allreduce(values)
 
 
 def allgather(values: Sequence[float]) -> np.ndarray:
     """Every worker's ``values``, as rows ``(num_workers, len(values))`` in rank order (just this
     process's row outside a distributed job). All workers must call it together."""
-    values = np.asarray(values, dtype=np.float64)
-    workers = num_workers() if _dist_kvstore is not None else 1
-    table = np.zeros((workers, len(values)))
-    table[rank() if _dist_kvstore is not None else 0] = values
-    return allreduce(table.ravel()).reshape(workers, len(values))
-
-
-class ShardedBatchSampler:
-    """Splits each *global* batch across workers so all run the same number of batches.
-
-    Every epoch draws one permutation from ``seed + epoch`` (identical on every worker), cuts it
-    into global batches of ``batch_size * num_workers`` and gives worker ``rank`` slice ``rank``
-    of each. N workers with local batch b therefore see exactly the batches one process with
-    batch N*b sees. The last, partial global batch is split as evenly as possible
-    (``last_batch='keep'``; a worker's share may then be empty) or dropped
-    (``last_batch='discard'``). Iterating yields this worker's index arrays, so it also works as
-    a ``gluon.data.DataLoader(batch_sampler=...)`` with ``last_batch='discard'``."""
-
-    def __init__(self, length: int, batch_size: int, num_workers: int = 1, rank: int = 0,
-                 shuffle: bool = True, seed: int = 0, last_batch: str = "keep"):
-        if length < 1:
-            raise ValueError("the data set is empty")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        if not 0 <= rank < num_workers:
-            raise ValueError(f"rank {rank} is outside 0..{num_workers - 1}")
-        if last_batch not in ("keep", "discard"):
-            raise ValueError(f"last_batch must be 'keep' or 'discard', got {last_batch!r}")
-        self.length, self.batch_size = length, batch_size
-        self.num_workers, self.rank = num_workers, rank
-        self.shuffle, self.seed, self.last_batch = shuffle, seed, last_batch
-        self.epoch = 0
-
-    @property
-    def global_batch_size(self) -> int:
-        return self.batch_size * self.num_workers
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        n = self.length / self.global_batch_size
-        return math.ceil(n) if self.last_batch == "keep" else int(n)
-
-    def batches(self) -> Iterator[Tuple[np.ndarray, int]]:
-        """Yield ``(local_indices, global_batch_count)`` for each global batch of the epoch."""
-        if self.shuffle:
-            order = np.random.RandomState(self.seed + self.epoch).permutation(self.length)
-        else:
-            order = np.arange(self.length)
-        gbs = self.global_batch_size
-        for start in range(0, len(self) * gbs, gbs):
-            batch = order[start:start + gbs]
-            if self.num_workers == 1:
-                yield batch, len(batch)
-            else:
-                yield np.array_split(batch, self.num_workers)[self.rank], len(batch)
-
-    def __iter__(self) -> Iterator[List[int]]:
-        for local, _ in self.batches():
-            yield local.tolist()
-
-
-_next_key = 0  # the first kvstore key the next trainer of this process gets
-
-
-# MXNet 1.9.1 picks a small array's server as (key * 9973) % servers in a C int: past this
-# key the product overflows and, with several servers, the index goes negative (a crash in
-# kvstore_dist.h, "ps_key < krs[server].end()").
-MAX_KEY = (2 ** 31 - 1) // 9973
-
-
-def _reserve_keys(kv, count: int, agree: bool) -> int:
-    """Keys ``offset .. offset+count-1`` for a new trainer on the distributed kvstore."""
-    global _next_key
-    offset, _next_key = _next_key, _next_key + count
-    if _next_key > MAX_KEY:
-        raise RuntimeError(f"this process has made trainers for {_next_key} parameters, more "
-                           f"than MXNet's kvstore can key ({MAX_KEY}); train in a new process")
-    if agree:  # a worker whose trainers differ would push to keys nobody else pulls: hang
-        total, squares = allreduce([offset, offset * offset])
-        if kv.num_workers * squares != total * total:
-            raise RuntimeError("workers made different sequences of trainers (fit calls); every "
-                               "worker of a job must run the same training calls in order")
-    return offset
-
-
-# 1 MiB: an 8 MB gradient then travels as 8 chunks, within a few percent of the same bytes in
-# 32 arrays on a link-bound job (benchmarks/), while a model of small layers sends as before.
-# Each chunk is below MXNet's big-array bound, so it goes whole to one server, and consecutive
-# keys alternate between servers ((key * 9973) % servers).
-CHUNK_BYTES = 1 << 20
-
-
-def chunk_bounds(size: int, itemsize: int, chunk_bytes: int) -> List[Tuple[int, int]]:
-    """``[start, stop)`` element ranges that split an array of ``size`` elements into chunks
-    of at most ``chunk_bytes``, as even as possible; the whole array when it fits or when
-    ``chunk_bytes`` is 0."""
-    per = chunk_bytes // itemsize
-    if chunk_bytes <= 0 or size <= max(per, 1):
-        return [(0, size)]
-    count = -(-size // max(per, 1))
-    cuts = [size * i // count for i in range(count + 1)]
-    return list(zip(cuts[:-1], cuts[1:]))
-
-
-def parameter_chunks(param, chunk_bytes: int) -> List[Tuple[int, int]]:
-    """A parameter's chunks (see chunk_bounds); sparse ones travel whole."""
-    size = int(np.prod(param.shape))
-    if param._stype != "default" or param._grad_stype != "default":
-        return [(0, size)]
-    return chunk_bounds(size, np.dtype(param.dtype).itemsize, chunk_bytes)
-
-
-class _KeyedStore(mx.kv.KVStoreBase):
-    """The process's distributed kvstore as one trainer sees it.
-
-    ``gluon.Trainer`` always numbers its parameters from 0, and a second trainer on MXNet's one
-    distributed kvstore would register those keys again and hang in the init broadcast: the
-    keys of this trainer start at ``offset``. A parameter with several ``chunks`` (element
-    ranges) gets one key per chunk, and its arrays travel as views of those ranges."""
-
-    def __init__(self, kv, offset: int, chunks: Sequence[Sequence[Tuple[int, int]]]):
-        self._kv, self._chunks = kv, [list(c) for c in chunks]
-        self._first = list(offset + np.cumsum([0] + [len(c) for c in chunks[:-1]]))
-        self._staged = {int(f) + j for f, c in zip(self._first, self._chunks) if len(c) > 1
-                        for j in range(len(c))}  # MXNet keys of chunks (see pushpull)
-        self._buffers: dict = {}  # such a key -> its staging array
-
-    def _split(self, key, value=None):
-        """MXNet's keys and values for trainer key(s) ``key`` and their value(s): a chunked
-        key becomes its chunks' keys and views (a list of arrays, one per device, becomes a
-        list of views per chunk)."""
-        many = isinstance(key, (list, tuple))
-        keys, values = (key, value) if many else ([key], [value])
-        if value is None:
-            values = [None] * len(keys)
-        out_keys, out_values = [], []
-        for k, v in zip(keys, values):
-            bounds, first = self._chunks[k], int(self._first[k])
-            if len(bounds) == 1:
-                out_keys.append(first)
-                out_values.append(v)
-                continue
-            out_keys += range(first, first + len(bounds))
-            if v is None:
-                out_values += [None] * len(bounds)
-            elif isinstance(v, (list, tuple)):
-                flat = [a.reshape((-1,)) for a in v]
-                out_values += [[f[a:b] for f in flat] for a, b in bounds]
-            else:
-                flat = v.reshape((-1,))
-                out_values += [flat[a:b] for a, b in bounds]
-        if not many and len(out_keys) == 1:
-            return out_keys[0], out_values[0]
-        return out_keys, (None if value is None else out_values)
-
-    def init(self, key, value):
-        return self._kv.init(*self._split(key, value))
-
-    def broadcast(self, key, value, out, priority=0):
-        keys, values = self._split(key, value)
-        return self._kv.broadcast(keys, values, self._split(key, out)[1], priority=priority)
-
-    def push(self, key, value, priority=0):
-        return self._kv.push(*self._split(key, value), priority=priority)
-
-    def pull(self, key, out=None, priority=0, ignore_sparse=True):
-        keys, outs = self._split(key, out)
-        return self._kv.pull(keys, out=outs, priority=priority, ignore_sparse=ignore_sparse)
-
-    def pushpull(self, key, value, out=None, priority=0):
-        """What ``Trainer`` calls every step. MXNet's engine orders operations per array, and
-        a view is its array: the pull into one chunk would wait for the push of every chunk.
-        So a chunk of a single device's gradient travels through a staging array of its own
-        (made once; a memory copy each way), which lets chunk k's pull overlap chunk k+1's
-        push. Several devices need none: MXNet sums them into a buffer per key anyway."""
-        keys, values = self._split(key, value)
-        outs = values if out is None else self._split(key, out)[1]
-        if not isinstance(keys, list):
-            return self._kv.pushpull(keys, values, out=None if out is None else outs,
-                                     priority=priority)
-        sent, received, back = [], [], []
-        for k, v, o in zip(keys, values, outs):
-            one = v[0] if isinstance(v, (list, tuple)) and len(v) == 1 else v
-            if k not in self._staged or isinstance(one, (list, tuple)):
-                sent.append(v)
-                received.append(o)
-                continue
-            buf = self._buffers.get(k)
-            if buf is None:
-                buf = self._buffers[k] = mx.nd.empty(one.shape, one.context, one.dtype)
-            one.copyto(buf)
-            sent.append(buf)
-            received.append(buf)
-            back.append((buf, o))
-        self._kv.pushpull(keys, sent, out=received, priority=priority)
-        for buf, o in back:
-            for target in (o if isinstance(o, (list, tuple)) else [o]):
-                buf.copyto(target)
-
-    def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
-        keys, outs = self._split(key, out)  # sparse parameters are never chunked
-        return self._kv.row_sparse_pull(keys, out=outs, priority=priority, row_ids=row_ids)
-
-    def set_optimizer(self, optimizer):
-        return self._kv.set_optimizer(optimizer)
-
-    def is_capable(self, capability):
-        return self._kv.is_capable(capability)
-
-    def save_optimizer_states(self, fname, dump_optimizer=False):
-        return self._kv.save_optimizer_states(fname, dump_optimizer)
-
-    def load_optimizer_states(self, fname):
-        return self._kv.load_optimizer_states(fname)
-
-    @property
-    def type(self):
-        return self._kv.type
-
-    @property
-    def rank(self):
-        return self._kv.rank
-
-    @property
-    def num_workers(self):
-        return self._kv.num_workers
-
-    def __getattr__(self, name):  # _barrier, set_gradient_compression, _updater, ...
-        return getattr(self._kv, name)
-
-
-class TrainStep:
-    """The optimizer step of one batch, right for the trainer's kvstore mode.
-
-    ``step.loss_scale(local_count)`` is the factor for this worker's losses before backward;
-    ``step(global_count)`` then applies the update. Sync modes (one process, devices,
-    ``dist_sync``) apply the mean gradient of the whole global batch, clipped to the global norm
-    ``clip`` if given. ``dist_async`` servers apply each worker's gradient alone with a scale
-    fixed at trainer creation (``batch_size``), so a short batch is rescaled through the loss and
-    clipping acts on this worker's own gradient. An empty share (a worker's part of a tiny last
-    global batch) gets scale 0: it pushes zeros and keeps in step with the others."""
-
-    def __init__(self, trainer, kv, ctxs, batch_size: int, clip: Optional[float] = None,
-                 accumulate: int = 1):
-        self.trainer, self.ctxs, self.batch_size, self.clip = trainer, list(ctxs), batch_size, clip
-        self.distributed = kv is not None and "dist" in kv.type
-        self.async_mode = self.distributed and "async" in kv.type
-        # In dist_async the servers apply the optimizer to every push: sums of metrics or flags
-        # through the kvstore are impossible there, so each worker decides alone.
-        self.agree = self.distributed and not self.async_mode
-        self.accumulate, self._pending, self._batches = accumulate, 0, 0
-        # With accumulation backward adds to the gradients until an update clears them; set
-        # either way, so that a net trained before with accumulation writes again.
-        for p in trainer._params:
-            if p.grad_req != "null":
-                p.grad_req = "add" if accumulate > 1 else "write"
-                p.zero_grad()
-
-    def loss_scale(self, local_count: int) -> float:
-        if local_count == 0:
-            return 0.0
-        return self.batch_size / local_count if self.async_mode else 1.0
-
-    def __call__(self, global_count: int, clock=None) -> None:
-        """After backward of one batch: update now, or (``accumulate=k``) every k-th batch
-        with the sum of the k batches' gradients, as one batch of all their samples. A
-        ``clock`` (see :mod:`gluondist.timing`) gets the push/pull and update phases."""
-        self._pending += global_count
-        self._batches += 1
-        if self._batches == self.accumulate:
-            self.flush(clock)
-
-    def flush(self, clock=None) -> None:
-        """Apply what has accumulated (fit calls it at the end of every epoch)."""
-        if self._batches == 0:
-            return
-        self._update(self._pending, clock)
-        self._pending = self._batches = 0
-        if self.accumulate > 1:
-            for p in self.trainer._params:
-                if p.grad_req != "null":
-                    p.zero_grad()
-
-    def _update(self, global_count: int, clock=None) -> None:
-        trainer = self.trainer
-        if self.async_mode:  # the servers update: push and pull are the whole step
-            count = self.batch_size * self.accumulate  # the scale fixed on the servers
-            if self.clip is not None:  # clip this worker's own gradient before it goes
-                _clip_local(trainer, self.ctxs, self.clip * count)
-            trainer.step(count)
-            if clock is not None:
-                clock.lap("sync")
-            return
-        trainer.allreduce_grads()  # a no-op without a kvstore
-        if clock is not None:
-            clock.lap("sync")
-        if self.clip is not None:
-            parallel.clip_global_norm(trainer, self.ctxs, self.clip * global_count)  # sums
-        trainer.update(global_count)
-        if clock is not None:
-            clock.lap("compute")
-
-    def average_untrained(self) -> None:
-        """Make every copy of each parameter that gradients do not train (BatchNorm's running
-        mean and variance, anything with ``grad_req='null'``) the mean over this process's
-        devices and, in ``dist_sync``, over all workers. Every worker must call it together."""
-        fixed = [p for p in self.trainer._params if p.grad_req == "null"]
-        if not fixed:
-            return
-        means = [mx.nd.add_n(*[d.as_in_context(mx.cpu()) for d in p.list_data()])
-                 / len(p.list_data()) for p in fixed]
-        if self.agree:
-            flat = np.concatenate([m.asnumpy().ravel().astype(np.float64) for m in means])
-            flat = allreduce(flat) / num_workers()
-            means, at = [], 0
-            for p in fixed:
-                size = int(np.prod(p.shape))
-                means.append(mx.nd.array(flat[at:at + size].reshape(p.shape), dtype=p.dtype))
-                at += size
-        for p, mean in zip(fixed, means):
-            parallel.assign(p, mean)
-
-
-def _clip_local(trainer, ctxs, max_norm):
-    params = [p for p in trainer._params if p.grad_req != "null"]
-    sums = [mx.nd.add_n(*[p.grad(c).as_in_context(ctxs[0]) for c in ctxs]) for p in params]
-    norm = float(mx.nd.sqrt(mx.nd.add_n(*[(g * g).sum() for g in sums])).asscalar())
-    if norm > max_norm:
-        for p in params:
-            for c in ctxs:
-                p.grad(c)[:] *= max_norm / norm
+    return JOB.allgather(values)

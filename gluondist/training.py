@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Mapping
 from contextlib import closing
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
@@ -21,14 +22,44 @@ from .callbacks import (Callback, CallbackList, Checkpointer, EpochLogger, Heart
                         History, ProgressBar, StopAgreement)
 from .data import check_count, source
 from .evaluation import SHARD_HINT, differences, run_pass
+from .kinds import Mode
 from .objective import Tally, check_batch, check_float32
 
+@dataclass(eq=False)
 class Run:
-    """The state of one fit call, as callbacks see it (see :class:`gluondist.Callback`)."""
+    """The state of one fit call, as callbacks see it. The public fields are the callback API
+    (see :class:`gluondist.Callback`); those with ``_`` are fit's own."""
 
-    def __init__(self, **fields):
-        self.__dict__.update(fields)
-        self.epoch, self.stop_training = self.start, False
+    net: object
+    trainer: object
+    history: History
+    callbacks: CallbackList
+    epochs: int
+    start: int  # the first epoch this call trains (after a resume, the one after the checkpoint)
+    steps: int  # batches per epoch on every worker
+    rank: int
+    num_workers: int
+    seed: int
+    mode: Optional[Mode]  # the kvstore's (None without one)
+    _step: kvs.TrainStep
+    _sampler: kvs.ShardedBatchSampler
+    _config: "FitConfig"
+    _terminate_on_nan: bool
+    epoch: int = field(init=False)
+    stop_training: bool = False
+
+    def __post_init__(self):
+        self.epoch = self.start
+
+    @property
+    def agree(self) -> bool:
+        """The workers step together and agree on stops, metrics and checkpoints."""
+        return self.mode is not None and self.mode.needs_agreement
+
+    @property
+    def updates_on_servers(self) -> bool:
+        """``dist_async``: the servers run the optimizer and hold its state."""
+        return self.mode is not None and self.mode.updates_on_servers
 
 
 def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epochs=1,
@@ -63,10 +94,13 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
     job also when the workers' sample counts or settings differ). When training raises
     (Ctrl-C included), each callback's ``on_exception`` runs instead of ``on_train_end``, fit's
     data thread is stopped and the error re-raised; checkpoints written stay as they are."""
-    plan = _prepare(net, train_data, loss, optimizer, optimizer_params, epochs, batch_size, ctx,
-                    kvstore, val_data, metrics, callbacks, checkpoint_dir, seed, accumulate,
-                    loss_weights, class_weight)
-    run = _start(plan, resume, progress, terminate_on_nan)
+    config = _prepare(net=net, train_data=train_data, loss=loss, optimizer=optimizer,
+                      optimizer_params=optimizer_params, epochs=epochs, batch_size=batch_size,
+                      ctx=ctx, kvstore=kvstore, val_data=val_data, metrics=metrics,
+                      callbacks=callbacks, checkpoint_dir=checkpoint_dir, seed=seed,
+                      accumulate=accumulate, loss_weights=loss_weights,
+                      class_weight=class_weight)
+    run = _start(config, resume, progress, terminate_on_nan)
     try:
         _epochs(run)
     except BaseException as exc:  # Ctrl-C included: callbacks close what they opened
@@ -83,34 +117,49 @@ def _epochs(run: Run) -> None:
         run.epoch = epoch
         run.callbacks.on_epoch_begin(run, epoch)
         logs = _train_epoch(run, epoch)
-        run.step.average_untrained()  # BatchNorm statistics: one value on every copy
-        if run.terminate_on_nan:
+        run._step.average_untrained()  # BatchNorm statistics: one value on every copy
+        if run._terminate_on_nan:
             _check_parameters(run)
-        if run.val is not None:
+        if run._config.val is not None:
             logs.update({f"val_{k}": v for k, v in _evaluate(run).items()})
         run.callbacks.on_epoch_end(run, epoch, logs)
         if run.stop_training:
             break
 
 
-class _Plan:
+@dataclass(frozen=True, eq=False)
+class FitConfig:
     """What fit checked before anything trains."""
 
-    def __init__(self, **fields):
-        self.__dict__.update(fields)
+    net: object
+    ctxs: list
+    mode: Optional[Mode]
+    train: object  # a data.Source
+    val: object  # a data.Source, or None
+    batch_size: int
+    val_batch: int
+    epochs: int
+    optimizer: object
+    opt_params: Optional[dict]
+    clip: Optional[float]
+    objective: object  # an objective.Objective
+    callbacks: list
+    checkpoint_dir: Optional[str]
+    seed: Optional[int]
+    accumulate: int
 
 
-def _prepare(net, train_data, loss, optimizer, optimizer_params, epochs, batch_size, ctx,
+def _prepare(*, net, train_data, loss, optimizer, optimizer_params, epochs, batch_size, ctx,
              kvstore, val_data, metrics, callbacks, checkpoint_dir, seed, accumulate,
-             loss_weights, class_weight) -> _Plan:
+             loss_weights, class_weight) -> FitConfig:
     """Check every argument and one batch of each data source; initialise the net."""
     ctxs = parallel.contexts(ctx)
     if kvstore is None and len(ctxs) > 1:
         raise ValueError(f"kvstore=None on {len(ctxs)} devices would train each device's copy "
                          "of the net on its own part of the batch (the copies drift apart); "
                          "use kvstore='auto' or 'device', or one device")
-    kind = kvs.resolve_kind(kvstore, len(ctxs))
-    workers = kvs.num_workers() if kind in kvs.DIST_KINDS else 1
+    mode = kvs.resolve_mode(kvstore, len(ctxs))
+    workers = kvs.num_workers() if mode is not None and mode.distributed else 1
     train, val, batch_size, val_batch = _sources(train_data, val_data, batch_size, workers,
                                                  class_weight)
     check_count(epochs, "epochs", 0)
@@ -129,9 +178,8 @@ def _prepare(net, train_data, loss, optimizer, optimizer_params, epochs, batch_s
     keys = objective.keys()
     keys += [f"val_{k}" for k in keys] if val is not None else []
     for cb in callbacks:
-        if hasattr(cb, "check"):
-            cb.check(keys)
-    return _Plan(net=net, ctxs=ctxs, kind=kind, train=train, val=val, batch_size=batch_size,
+        cb.check(keys)
+    return FitConfig(net=net, ctxs=ctxs, mode=mode, train=train, val=val, batch_size=batch_size,
                  val_batch=val_batch, epochs=epochs, optimizer=optimizer, opt_params=opt_params,
                  clip=clip, objective=objective, callbacks=callbacks,
                  checkpoint_dir=checkpoint_dir, seed=seed, accumulate=accumulate)
@@ -152,14 +200,14 @@ def _sources(train_data, val_data, batch_size, workers: int, class_weight):
     return train, val, batch_size, val_batch or batch_size
 
 
-def _start(plan: _Plan, resume: bool, progress, terminate_on_nan: bool) -> Run:
+def _start(plan: FitConfig, resume: bool, progress, terminate_on_nan: bool) -> Run:
     """Restore from a checkpoint, join the job's kvstore, make the trainer: ready to train."""
     net, ctxs, seed = plan.net, plan.ctxs, plan.seed
     ckpt = _restore(plan, resume)
     if ckpt is not None:
         seed = ckpt.state["seed"]
-    kv = kvs.create(plan.kind, len(ctxs)) if plan.kind is not None else None
-    distributed = kv is not None and "dist" in kv.type
+    kv = kvs.create(plan.mode, len(ctxs)) if plan.mode is not None else None
+    distributed = plan.mode is not None and plan.mode.distributed
     rank, workers = (kv.rank, kv.num_workers) if distributed else (0, 1)
     if seed is None:
         seed = _job_seed() if distributed else random.SystemRandom().randrange(2 ** 31)
@@ -178,15 +226,13 @@ def _start(plan: _Plan, resume: bool, progress, terminate_on_nan: bool) -> Run:
         callbacks.load_state_dict(ckpt.state["callbacks"], ckpt.callback_arrays)
     sampler = kvs.ShardedBatchSampler(len(plan.train), plan.batch_size, workers, rank, seed=seed,
                                       last_batch=plan.train.last_batch)
-    return Run(net=net, trainer=trainer, step=step, history=history, callbacks=callbacks,
-               start=start, epochs=plan.epochs, rank=rank, num_workers=workers, seed=seed,
-               ctxs=ctxs, train=plan.train, val=plan.val, objective=plan.objective,
-               batch_size=plan.batch_size, val_batch=plan.val_batch, sampler=sampler,
-               steps=len(sampler),
-               terminate_on_nan=terminate_on_nan)
+    return Run(net=net, trainer=trainer, history=history, callbacks=callbacks,
+               epochs=plan.epochs, start=start, steps=len(sampler), rank=rank,
+               num_workers=workers, seed=seed, mode=plan.mode, _step=step, _sampler=sampler,
+               _config=plan, _terminate_on_nan=terminate_on_nan)
 
 
-def _agree(plan: _Plan, start: int) -> None:
+def _agree(plan: FitConfig, start: int) -> None:
     """Fail on every worker of a dist_sync job, before any batch, when the workers would run
     different numbers of batches (they would hang in push) or resume different epochs."""
     differ = differences({"train_data samples": len(plan.train),
@@ -208,7 +254,7 @@ def _agree(plan: _Plan, start: int) -> None:
                            "be one directory that every worker sees (a shared filesystem)")
 
 
-def _restore(plan: _Plan, resume: bool) -> Optional[checkpoint.Checkpoint]:
+def _restore(plan: FitConfig, resume: bool) -> Optional[checkpoint.Checkpoint]:
     """Load the newest checkpoint of this run into the net (every worker reads it)."""
     directory = plan.checkpoint_dir
     if directory is None:
@@ -229,7 +275,7 @@ def _restore(plan: _Plan, resume: bool) -> Optional[checkpoint.Checkpoint]:
     return ckpt
 
 
-def _callback_list(plan: _Plan, progress) -> CallbackList:
+def _callback_list(plan: FitConfig, progress) -> CallbackList:
     """The user's callbacks with fit's own around them, unless the user passed their kind:
     the bar or log line first, then the user's, the stop agreement (a job's workers agree on
     the user's stop requests), History, the heartbeat, the checkpoint last (so it records what
@@ -253,25 +299,26 @@ def _callback_list(plan: _Plan, progress) -> CallbackList:
 def _train_epoch(run: Run, epoch: int) -> dict:
     """One pass over this worker's share of the training data; returns the epoch's logs."""
     started = time.perf_counter()
-    run.sampler.set_epoch(epoch)
+    run._sampler.set_epoch(epoch)
     # Re-seed per epoch (rank apart) so dropout and friends replay alike after a resume.
     mx.random.seed((run.seed * 1000003 + epoch * 9973 + run.rank) % (2 ** 31))
-    tally = Tally(run.objective)
+    tally = Tally(run._config.objective)
     # A worker of a job checks each batch before its push, so no other worker ever receives
     # the NaN; one process reads the losses of several batches at once, without stalling.
-    watch = _NanWatch(run, every=1 if run.step.distributed else 8) \
-        if run.terminate_on_nan else None
+    watch = _NanWatch(run, every=1 if run._step.distributed else 8) \
+        if run._terminate_on_nan else None
     hooks, clock = run.callbacks.batch_hooks, timing.EpochClock(run.steps)
-    with closing(run.train.epoch(run.sampler, run.ctxs)) as source:  # an error stops its thread
+    source = run._config.train.epoch(run._sampler, run._config.ctxs)
+    with closing(source):  # an error stops its thread
         samples = _train_batches(run, clock.waiting(source), tally, watch, clock, hooks)
     if watch is not None:
         watch.check()
-    run.step.flush()  # a last, partial accumulation
+    run._step.flush()  # a last, partial accumulation
     seconds = time.perf_counter() - started
-    logs = tally.logs(kvs.allreduce if run.step.agree else None)
+    logs = tally.logs(kvs.allreduce if run.agree else None)
     logs.update(epoch_seconds=seconds, samples_per_s=samples / seconds)
     split = clock.split(seconds)
-    if run.step.agree and run.num_workers > 1:
+    if run.agree and run.num_workers > 1:
         split = timing.over_workers(split, kvs.allgather)
     logs.update(split)
     return logs
@@ -282,14 +329,15 @@ def _train_batches(run: Run, batches, tally, watch, clock, hooks) -> int:
     samples = 0
     for batch, (n, global_count, data, targets) in enumerate(batches):
         timed = clock.sample(batch)
-        outputs, losses = parallel.forward_backward(run.net, run.objective, data, targets,
-                                                    run.ctxs, run.step.loss_scale(n))
+        outputs, losses = parallel.forward_backward(run.net, run._config.objective, data,
+                                                    targets, run._config.ctxs,
+                                                    run._step.loss_scale(n))
         batch_sums = tally.add(outputs, targets, losses) if n else []
         if watch is not None:
             watch.add(batch, batch_sums)
         if timed is not None:
             timed.lap("compute")
-        run.step(global_count, timed)
+        run._step(global_count, timed)
         samples += global_count
         if hooks:
             run.callbacks.on_batch_end(run, batch, _BatchLogs(batch, n, batch_sums))
@@ -298,17 +346,18 @@ def _train_batches(run: Run, batches, tally, watch, clock, hooks) -> int:
 
 def _evaluate(run: Run) -> dict:
     """Loss and metrics over all of the validation data; in dist_sync each worker its share."""
-    if run.step.agree:
-        return run_pass(run.net, run.objective, run.val, run.ctxs, run.val_batch, run.rank,
+    c = run._config
+    if run.agree:
+        return run_pass(run.net, c.objective, c.val, c.ctxs, c.val_batch, run.rank,
                         run.num_workers, kvs.allreduce)
-    return run_pass(run.net, run.objective, run.val, run.ctxs, run.val_batch)
+    return run_pass(run.net, c.objective, c.val, c.ctxs, c.val_batch)
 
 
 def _check_parameters(run: Run) -> None:
     """NaN in a Dataset's samples can hide from the loss (relu passes a NaN weight's column
     as 0) while the weights turn NaN: check them once per epoch, before any checkpoint."""
     bad = [name for name, p in run.net._collect_params_with_prefix().items()
-           if not math.isfinite(float(p.data(run.ctxs[0]).norm().asscalar()))]
+           if not math.isfinite(float(p.data(run._config.ctxs[0]).norm().asscalar()))]
     if bad:
         raise FloatingPointError(
             f"parameter(s) {', '.join(bad[:3])} became NaN or infinite in epoch "

@@ -1,0 +1,184 @@
+"""This process's part in a parameter-server job: its role, rank and worker count, its one
+distributed kvstore, and the collectives (allreduce, allgather, barrier) built on it.
+
+MXNet allows one distributed kvstore per process, kept for the life of the process, and keys
+registered on it stay registered. So the kvstore, the next key a trainer gets and the keys that
+allreduce has registered are state of the process: they live in one :class:`Job`, ``JOB``, which
+the functions of :mod:`gluondist.kvstore` use.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from . import envvars
+from ._mx import mx
+from .kinds import DIST_KINDS, KINDS, Mode
+
+log = logging.getLogger(__name__)
+
+# MXNet 1.9.1 (src/kvstore/kvstore_dist.h, EncodeDefaultKey) sends an array of fewer than
+# MXNET_KVSTORE_BIGARRAY_BOUND elements whole to server `(key * SERVER_HASH) % num_servers`,
+# computed in a C int; bigger arrays are sliced over every server without that product.
+SERVER_HASH = 9973
+# Past this key the product overflows and, with several servers, the index goes negative (a
+# crash, "ps_key < krs[server].end()"): the keys of trainers stay below it.
+MAX_KEY = (2 ** 31 - 1) // SERVER_HASH
+# Keys of allreduce. Since 9973 * 2**30 wraps to 2**30 modulo 2**32, key 2**30 + m gives the
+# server (2**30 + 9973 * m) % servers, non-negative while 9973 * m < 2**30, i.e. m <= 107,664.
+# So a vector of n <= REDUCE_CHUNK values gets key REDUCE_BASE + n (a key's shape is fixed at
+# init: one key per length), and a longer one is cut into chunks of REDUCE_CHUNK values
+# (the last zero-padded) on keys REDUCE_BASE + REDUCE_CHUNK + 1 + j.
+REDUCE_BASE = 1 << 30
+REDUCE_CHUNK = 1 << 15
+REDUCE_SAFE = (1 << 30) // SERVER_HASH  # the largest safe m
+MAX_REDUCE = (REDUCE_SAFE - REDUCE_CHUNK) * REDUCE_CHUNK  # the longest vector allreduce takes
+
+
+def role() -> Optional[str]:
+    """This process's ps-lite role (``'worker'``, ``'server'``, ``'scheduler'``), or None when
+    it was not started as part of a parameter-server job."""
+    return os.environ.get(envvars.DMLC_ROLE) or None
+
+
+def is_distributed() -> bool:
+    """True in a worker of a launched parameter-server job."""
+    return role() == "worker"
+
+
+def resolve_mode(kind: Optional[str] = "auto", num_contexts: int = 1) -> Optional[Mode]:
+    """The kvstore mode ``kind`` stands for here, or None when no kvstore is needed.
+
+    ``'auto'`` is the launcher's ``--kvstore`` (``dist_sync`` by default) inside a launched job,
+    ``'device'`` for several devices in one process, and None for one device."""
+    if kind is None:
+        return None
+    if kind != "auto" and kind not in KINDS:
+        raise ValueError(f"unknown kvstore kind {kind!r}; use 'auto' or one of: {', '.join(KINDS)}")
+    if kind == "auto":
+        if is_distributed():
+            kind = os.environ.get(envvars.GLUONDIST_KVSTORE) or "dist_sync"
+        else:
+            return Mode("device") if num_contexts > 1 else None
+    if kind in DIST_KINDS and not is_distributed():
+        raise RuntimeError(
+            f"kvstore {kind!r} needs a parameter-server job: start the script with "
+            f"`gluondist launch -n WORKERS -s SERVERS script.py`, or use kvstore='auto'")
+    return Mode(kind)
+
+
+def reduce_keys(n: int) -> List[int]:
+    """The kvstore keys allreduce sums ``n`` values on (see REDUCE_BASE)."""
+    if n <= REDUCE_CHUNK:
+        return [REDUCE_BASE + n]
+    if n > MAX_REDUCE:
+        raise ValueError(f"allreduce of {n} values: at most {MAX_REDUCE} fit MXNet's keys")
+    return [REDUCE_BASE + REDUCE_CHUNK + 1 + j for j in range(-(-n // REDUCE_CHUNK))]
+
+
+class Job:
+    """The process's distributed kvstore (None until created), the first key the next trainer
+    gets, and the allreduce keys registered so far."""
+
+    def __init__(self):
+        self.kv = None
+        self.next_key = 0
+        self.reduce_keys: set = set()
+
+    def create(self, kind: Optional[str] = "auto", num_contexts: int = 1):
+        """Create (or, for a distributed kind, return the one kept) kvstore; None where
+        ``kind='auto'`` needs none. Raises ValueError for an unknown kind and RuntimeError for
+        a distributed kind outside a launched job (MXNet would wait forever for a
+        scheduler)."""
+        mode = resolve_mode(kind, num_contexts)
+        if mode is None:
+            return None
+        if not mode.distributed:
+            return mx.kv.create(mode)
+        if self.kv is not None:
+            if self.kv.type != mode:
+                raise RuntimeError(
+                    f"this process already has a {self.kv.type!r} kvstore and MXNet allows only "
+                    f"one distributed kvstore per process; use {self.kv.type!r} again")
+            return self.kv
+        self.kv = mx.kv.create(mode)
+        expected = os.environ.get(envvars.GLUONDIST_RANK)
+        if expected is not None and int(expected) != self.kv.rank:
+            log.warning("launcher rank %s got kvstore rank %d (ps-lite numbers workers by "
+                        "address and port: a port taken at start, or pods on Kubernetes, can "
+                        "reorder them); gluondist.kvstore.rank() follows the kvstore", expected,
+                        self.kv.rank)
+        return self.kv
+
+    def num_workers(self) -> int:
+        if self.kv is not None:
+            return self.kv.num_workers
+        if is_distributed():
+            return int(os.environ.get(envvars.DMLC_NUM_WORKER, "1"))
+        return 1
+
+    def rank(self) -> int:
+        """The kvstore's rank once it exists; before, the launcher's (which it arranges to be
+        the same)."""
+        if self.kv is not None:
+            return self.kv.rank
+        if is_distributed():
+            return int(os.environ.get(envvars.GLUONDIST_RANK, "0"))
+        return 0
+
+    def barrier(self) -> None:
+        if self.kv is not None:
+            self.kv._barrier()
+
+    def allreduce(self, values: Sequence[float]) -> np.ndarray:
+        values = np.asarray(values, dtype=np.float64).ravel()
+        if self.kv is None:
+            return values
+        n = len(values)
+        keys = reduce_keys(n)
+        if n <= REDUCE_CHUNK:
+            return self._pushpull(keys, [values])[0]
+        chunks = np.zeros(len(keys) * REDUCE_CHUNK)
+        chunks[:n] = values
+        return np.concatenate(self._pushpull(keys, list(chunks.reshape(len(keys), -1))))[:n]
+
+    def _pushpull(self, keys: List[int], parts: List[np.ndarray]) -> List[np.ndarray]:
+        """Sum each part on its key over the workers; every key first used is registered."""
+        arrays = [mx.nd.array(p, dtype="float64") for p in parts]
+        new = [(k, a) for k, a in zip(keys, arrays) if k not in self.reduce_keys]
+        if new:
+            self.kv.init([k for k, _ in new], [mx.nd.zeros_like(a) for _, a in new])
+            self.reduce_keys.update(k for k, _ in new)
+        outs = [mx.nd.zeros_like(a) for a in arrays]
+        self.kv.pushpull(keys, arrays, out=outs)
+        return [o.asnumpy() for o in outs]
+
+    def allgather(self, values: Sequence[float]) -> np.ndarray:
+        values = np.asarray(values, dtype=np.float64)
+        workers = self.num_workers() if self.kv is not None else 1
+        table = np.zeros((workers, len(values)))
+        table[self.rank() if self.kv is not None else 0] = values
+        return self.allreduce(table.ravel()).reshape(workers, len(values))
+
+    def reserve_keys(self, kv, count: int, agree: bool) -> int:
+        """Keys ``offset .. offset+count-1`` for a new trainer on the distributed kvstore
+        ``kv``; with ``agree``, every worker must reserve the same keys (checked)."""
+        offset = self.next_key
+        self.next_key += count
+        if self.next_key > MAX_KEY:
+            raise RuntimeError(f"this process has made trainers for {self.next_key} parameters, "
+                               f"more than MXNet's kvstore can key ({MAX_KEY}); train in a new "
+                               "process")
+        if agree:  # a worker whose trainers differ would push to keys nobody else pulls: hang
+            total, squares = self.allreduce([offset, offset * offset])
+            if kv.num_workers * squares != total * total:
+                raise RuntimeError("workers made different sequences of trainers (fit calls); "
+                                   "every worker of a job must run the same training calls in "
+                                   "order")
+        return offset
+
+
+JOB = Job()  # this process's

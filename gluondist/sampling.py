@@ -1,0 +1,64 @@
+"""Every worker's share of every global batch, so all workers run the same number of batches
+(in ``dist_sync`` a worker with one batch more would block in push forever)."""
+from __future__ import annotations
+
+import math
+from typing import Iterator, List, Tuple
+
+import numpy as np
+
+
+class ShardedBatchSampler:
+    """Splits each *global* batch across workers so all run the same number of batches.
+
+    Every epoch draws one permutation from ``seed + epoch`` (identical on every worker), cuts it
+    into global batches of ``batch_size * num_workers`` and gives worker ``rank`` slice ``rank``
+    of each. N workers with local batch b therefore see exactly the batches one process with
+    batch N*b sees. The last, partial global batch is split as evenly as possible
+    (``last_batch='keep'``; a worker's share may then be empty) or dropped
+    (``last_batch='discard'``). Iterating yields this worker's index arrays, so it also works as
+    a ``gluon.data.DataLoader(batch_sampler=...)`` with ``last_batch='discard'``."""
+
+    def __init__(self, length: int, batch_size: int, num_workers: int = 1, rank: int = 0,
+                 shuffle: bool = True, seed: int = 0, last_batch: str = "keep"):
+        if length < 1:
+            raise ValueError("the data set is empty")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if not 0 <= rank < num_workers:
+            raise ValueError(f"rank {rank} is outside 0..{num_workers - 1}")
+        if last_batch not in ("keep", "discard"):
+            raise ValueError(f"last_batch must be 'keep' or 'discard', got {last_batch!r}")
+        self.length, self.batch_size = length, batch_size
+        self.num_workers, self.rank = num_workers, rank
+        self.shuffle, self.seed, self.last_batch = shuffle, seed, last_batch
+        self.epoch = 0
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.batch_size * self.num_workers
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        n = self.length / self.global_batch_size
+        return math.ceil(n) if self.last_batch == "keep" else int(n)
+
+    def batches(self) -> Iterator[Tuple[np.ndarray, int]]:
+        """Yield ``(local_indices, global_batch_count)`` for each global batch of the epoch."""
+        if self.shuffle:
+            order = np.random.RandomState(self.seed + self.epoch).permutation(self.length)
+        else:
+            order = np.arange(self.length)
+        gbs = self.global_batch_size
+        for start in range(0, len(self) * gbs, gbs):
+            batch = order[start:start + gbs]
+            if self.num_workers == 1:
+                yield batch, len(batch)
+            else:
+                yield np.array_split(batch, self.num_workers)[self.rank], len(batch)
+
+    def __iter__(self) -> Iterator[List[int]]:
+        for local, _ in self.batches():
+            yield local.tolist()
