@@ -286,13 +286,9 @@ class Checkpointer(Callback):
     def on_epoch_end(self, run, epoch, logs):
         from . import checkpoint, kvstore
         if run.rank == 0:
-            checkpoint.save(self.directory, epoch, run.net, None if run.updates_on_servers else
-                            run.trainer, {"seed": run.seed,
-                                          "signature": checkpoint.signature(run.net),
-                                          "history": run.history.history,
-                                          "rng": checkpoint.rng_states(),
-                                          "callbacks": run.callbacks.state_dict()},
-                            run.callbacks.state_arrays())
+            trainer = None if run.updates_on_servers else run.trainer  # the servers hold it
+            checkpoint.save(self.directory, epoch, run.net, trainer,
+                            checkpoint.RunState.capture(run), run.callbacks.state_arrays())
         if run.agree:  # no worker reads the directory (a next fit) before it is complete
             kvstore.barrier()
 

@@ -28,6 +28,7 @@ import os
 import random
 import re
 import shutil
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -38,20 +39,67 @@ from .parallel import assign
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2
+FORMAT = 3  # 3: per-epoch seeds from numpy's SeedSequence (2 mixed them by hand)
 KEEP = 2
 PARAMS, STATES, STATE, RUN = "net.params", "trainer.states", "state.json", "run.json"
 CALLBACKS = "callbacks.params"
 _NAME = re.compile(r"^ckpt-(\d{6,})$")
 
 
+@dataclass
+class RunState:
+    """The run's part of state.json, in one schema: what the Checkpointer writes
+    (:meth:`capture`), what reading checks (:meth:`validate`) and what a resume restores
+    (:meth:`apply`). The optimizer's part is written and restored by save/restore_trainer."""
+
+    seed: int
+    signature: list  # parameter names and shapes (see signature())
+    history: Dict[str, list]
+    rng: dict  # Python's and numpy's global RNG states (see rng_states())
+    callbacks: Dict[str, dict]  # each callback's state_dict(), by CallbackList key
+
+    @classmethod
+    def capture(cls, run) -> "RunState":
+        """The state of ``run`` (a :class:`gluondist.training.Run`) at the end of an epoch."""
+        return cls(seed=run.seed, signature=signature(run.net), history=run.history.history,
+                   rng=rng_states(), callbacks=run.callbacks.state_dict())
+
+    @classmethod
+    def of(cls, state: dict) -> "RunState":
+        """The run's fields of a state.json already checked by :meth:`validate`."""
+        return cls(**{f.name: state[f.name] for f in fields(cls)})
+
+    @staticmethod
+    def validate(state: dict, need) -> None:
+        """Every field fit reads, of the type and range it needs (``need(ok, what)`` raises)."""
+        need(_int(state.get("seed"), 0, 2 ** 31 - 1), "seed")
+        need(isinstance(state.get("signature"), list), "signature")
+        history = state.get("history")
+        need(isinstance(history, dict) and all(
+            isinstance(v, list) and len(v) == state["epoch"] + 1 and
+            all(isinstance(x, (int, float)) for x in v) for v in history.values()), "history")
+        rng = state.get("rng")
+        need(isinstance(rng, dict) and _rng_ok(rng), "rng")
+        need(isinstance(state.get("callbacks"), dict) and all(
+            isinstance(v, dict) for v in state["callbacks"].values()), "callbacks")
+
+    def apply(self, run, callback_arrays: dict) -> None:
+        """Give a resumed ``run`` its History, its callbacks' states and the RNG states."""
+        run.history.history = {k: list(v) for k, v in self.history.items()}
+        run.history.epoch = list(range(run.start))
+        run.callbacks.load_state_dict(self.callbacks, callback_arrays)
+        set_rng_states(self.rng)
+
+
 class Checkpoint:
-    """A complete checkpoint read from disk: ``path``, ``epoch``, ``state`` (state.json),
-    ``params`` and ``arrays`` (the optimizer's), as name -> NDArray."""
+    """A complete checkpoint read from disk: ``path``, ``epoch``, ``state`` (the
+    :class:`RunState`), ``optimizer`` (its part of state.json, or None), ``params`` and
+    ``arrays`` (the optimizer's), as name -> NDArray."""
 
     def __init__(self, path: Path, state: dict, params: dict, arrays: dict,
                  callback_arrays: dict):
-        self.path, self.state, self.epoch = path, state, state["epoch"]
+        self.path, self.epoch, self.optimizer = path, state["epoch"], state["optimizer"]
+        self.state = RunState.of(state)
         self.params, self.arrays, self.callback_arrays = params, arrays, callback_arrays
 
 
@@ -75,11 +123,11 @@ def set_rng_states(states: dict) -> None:
     np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
 
 
-def save(directory, epoch: int, net, trainer, state: dict,
+def save(directory, epoch: int, net, trainer, state: RunState,
          callback_arrays: Optional[dict] = None) -> Path:
     """Write the checkpoint of ``epoch``: ``net``'s parameters, ``trainer``'s optimizer state
-    (None when the servers hold it, as in ``dist_async``), ``state`` (JSON-serialisable) and
-    the callbacks' arrays (EarlyStopping's best weights). Returns its directory."""
+    (None when the servers hold it, as in ``dist_async``), the run's ``state`` and the
+    callbacks' arrays (EarlyStopping's best weights). Returns its directory."""
     directory = Path(directory)
     number = _next_number(directory)
     final = directory / f"ckpt-{number:06d}"
@@ -100,7 +148,7 @@ def save(directory, epoch: int, net, trainer, state: dict,
     return final
 
 
-def _write(tmp: Path, epoch: int, net, trainer, state: dict, callback_arrays) -> None:
+def _write(tmp: Path, epoch: int, net, trainer, state: RunState, callback_arrays) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     net.save_parameters(str(tmp / PARAMS))
@@ -108,7 +156,7 @@ def _write(tmp: Path, epoch: int, net, trainer, state: dict, callback_arrays) ->
     if callback_arrays:
         mx.nd.save(str(tmp / CALLBACKS), callback_arrays)
     with open(tmp / STATE, "w") as f:
-        json.dump({"format": FORMAT, "epoch": epoch, "optimizer": optimizer, **state}, f)
+        json.dump({"format": FORMAT, "epoch": epoch, "optimizer": optimizer, **asdict(state)}, f)
     for path in tmp.iterdir():
         _fsync(path, os.O_RDONLY)
     _fsync(tmp, os.O_RDONLY)
@@ -154,6 +202,14 @@ def load_latest(directory) -> Optional[Checkpoint]:
             break
         path = directory / f"ckpt-{number:06d}"
         try:
+            state = _json(path / STATE)
+        except (OSError, ValueError, RecursionError):
+            state = None  # named by _read below
+        if isinstance(state, dict) and state.get("format") == 2:
+            raise ValueError(f"{path} was written by an earlier gluondist (checkpoint format 2, "
+                             "whose per-epoch seeds differ, so it would not resume exactly); "
+                             "pass resume=False to start a fresh run there")
+        try:
             return _read(path)
         except (OSError, ValueError, TypeError, KeyError, OverflowError, RecursionError,
                 mx.base.MXNetError) as exc:  # whatever a planted or damaged file can cause
@@ -170,7 +226,7 @@ def restore_net(ckpt: Checkpoint, net) -> None:
 
 def restore_trainer(ckpt: Checkpoint, trainer) -> None:
     """Give ``trainer`` the checkpoint's optimizer state (update counts and state arrays)."""
-    meta = ckpt.state.get("optimizer")
+    meta = ckpt.optimizer
     if meta is None:
         return
     arrays = ckpt.arrays
@@ -262,16 +318,7 @@ def _check_state(state) -> None:
 
     need(isinstance(state, dict) and state.get("format") == FORMAT, f"format {FORMAT}")
     need(_int(state.get("epoch"), 0, 10 ** 9), "epoch")
-    need(_int(state.get("seed"), 0, 2 ** 31 - 1), "seed")
-    need(isinstance(state.get("signature"), list), "signature")
-    history = state.get("history")
-    need(isinstance(history, dict) and all(
-        isinstance(v, list) and len(v) == state["epoch"] + 1 and
-        all(isinstance(x, (int, float)) for x in v) for v in history.values()), "history")
-    rng = state.get("rng")
-    need(isinstance(rng, dict) and _rng_ok(rng), "rng")
-    need(isinstance(state.get("callbacks"), dict) and all(
-        isinstance(v, dict) for v in state["callbacks"].values()), "callbacks")
+    RunState.validate(state, need)
     meta = state.get("optimizer")
     need(meta is None or (isinstance(meta, dict) and isinstance(meta.get("type"), str) and
                           _int(meta.get("num_update"), 0, 2 ** 62) and

@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from . import checkpoint, kvstore as kvs, parallel, timing
+from . import checkpoint, envvars, kvstore as kvs, parallel, timing
 from ._mx import mx
 from .arguments import check_callbacks, check_optimizer, checkpoint_dir_of, seed_all
 from .callbacks import (Callback, CallbackList, Checkpointer, EpochLogger, Heartbeat,
@@ -24,6 +24,11 @@ from .data import check_count, source
 from .evaluation import SHARD_HINT, differences, run_pass
 from .kinds import Mode
 from .objective import Tally, check_batch, check_float32
+
+# One process reads the losses of 8 batches in one host sync per device: the device runs that
+# far ahead without waiting, and a NaN is still named within 8 batches of where it appeared.
+NAN_READ_EVERY = 8
+
 
 @dataclass(eq=False)
 class Run:
@@ -205,7 +210,7 @@ def _start(plan: FitConfig, resume: bool, progress, terminate_on_nan: bool) -> R
     net, ctxs, seed = plan.net, plan.ctxs, plan.seed
     ckpt = _restore(plan, resume)
     if ckpt is not None:
-        seed = ckpt.state["seed"]
+        seed = ckpt.state.seed
     kv = kvs.create(plan.mode, len(ctxs)) if plan.mode is not None else None
     distributed = plan.mode is not None and plan.mode.distributed
     rank, workers = (kv.rank, kv.num_workers) if distributed else (0, 1)
@@ -218,18 +223,16 @@ def _start(plan: FitConfig, resume: bool, progress, terminate_on_nan: bool) -> R
     if step.agree:
         _agree(plan, start)
     callbacks = _callback_list(plan, progress)
-    history = callbacks.first(History)
-    if ckpt is not None:
-        checkpoint.restore_trainer(ckpt, trainer)
-        history.history = {k: list(v) for k, v in ckpt.state["history"].items()}
-        history.epoch = list(range(start))
-        callbacks.load_state_dict(ckpt.state["callbacks"], ckpt.callback_arrays)
     sampler = kvs.ShardedBatchSampler(len(plan.train), plan.batch_size, workers, rank, seed=seed,
                                       last_batch=plan.train.last_batch)
-    return Run(net=net, trainer=trainer, history=history, callbacks=callbacks,
-               epochs=plan.epochs, start=start, steps=len(sampler), rank=rank,
-               num_workers=workers, seed=seed, mode=plan.mode, _step=step, _sampler=sampler,
-               _config=plan, _terminate_on_nan=terminate_on_nan)
+    run = Run(net=net, trainer=trainer, history=callbacks.first(History), callbacks=callbacks,
+              epochs=plan.epochs, start=start, steps=len(sampler), rank=rank,
+              num_workers=workers, seed=seed, mode=plan.mode, _step=step, _sampler=sampler,
+              _config=plan, _terminate_on_nan=terminate_on_nan)
+    if ckpt is not None:
+        checkpoint.restore_trainer(ckpt, trainer)
+        ckpt.state.apply(run, ckpt.callback_arrays)
+    return run
 
 
 def _agree(plan: FitConfig, start: int) -> None:
@@ -266,12 +269,11 @@ def _restore(plan: FitConfig, resume: bool) -> Optional[checkpoint.Checkpoint]:
     ckpt = checkpoint.load_latest(directory)
     if ckpt is None:
         return None
-    if ckpt.state["signature"] != checkpoint.signature(plan.net):
+    if ckpt.state.signature != checkpoint.signature(plan.net):
         raise ValueError(f"checkpoint_dir {directory} holds a checkpoint of a different model "
                          f"({ckpt.path.name}); pass a directory of its own, or resume=False to "
                          "start a fresh run there (the old checkpoints are then never resumed)")
     checkpoint.restore_net(ckpt, plan.net)
-    checkpoint.set_rng_states(ckpt.state["rng"])
     return ckpt
 
 
@@ -300,12 +302,11 @@ def _train_epoch(run: Run, epoch: int) -> dict:
     """One pass over this worker's share of the training data; returns the epoch's logs."""
     started = time.perf_counter()
     run._sampler.set_epoch(epoch)
-    # Re-seed per epoch (rank apart) so dropout and friends replay alike after a resume.
-    mx.random.seed((run.seed * 1000003 + epoch * 9973 + run.rank) % (2 ** 31))
+    mx.random.seed(epoch_seed(run.seed, epoch, run.rank))
     tally = Tally(run._config.objective)
     # A worker of a job checks each batch before its push, so no other worker ever receives
     # the NaN; one process reads the losses of several batches at once, without stalling.
-    watch = _NanWatch(run, every=1 if run._step.distributed else 8) \
+    watch = _NanWatch(run, every=1 if run._step.distributed else NAN_READ_EVERY) \
         if run._terminate_on_nan else None
     hooks, clock = run.callbacks.batch_hooks, timing.EpochClock(run.steps)
     source = run._config.train.epoch(run._sampler, run._config.ctxs)
@@ -322,6 +323,12 @@ def _train_epoch(run: Run, epoch: int) -> dict:
         split = timing.over_workers(split, kvs.allgather)
     logs.update(split)
     return logs
+
+
+def epoch_seed(seed: int, epoch: int, rank: int) -> int:
+    """MXNet's seed for ``epoch`` on worker ``rank``: set anew every epoch, so dropout and
+    friends replay alike after a resume; independent streams per epoch and rank."""
+    return int(np.random.SeedSequence([seed, epoch, rank]).generate_state(1)[0]) % (2 ** 31)
 
 
 def _train_batches(run: Run, batches, tally, watch, clock, hooks) -> int:
@@ -423,7 +430,7 @@ class _BatchLogs(Mapping):
 
 def _job_seed() -> int:
     """A seed every worker of this job derives alike (it differs from job to job)."""
-    job = f"{os.environ.get('DMLC_PS_ROOT_URI')}:{os.environ.get('DMLC_PS_ROOT_PORT')}"
+    job = f"{os.environ.get(envvars.DMLC_PS_ROOT_URI)}:{os.environ.get(envvars.DMLC_PS_ROOT_PORT)}"
     return int(hashlib.sha256(job.encode()).hexdigest()[:8], 16) % (2 ** 31)
 
 

@@ -95,6 +95,18 @@ def test_foreign_checkpoint_message_suggests_what_works(small, tmp_path):
     assert len(h.history["loss"]) == 1 and "ckpt-000000" in str(info.value)
 
 
+def test_a_checkpoint_of_the_earlier_format_is_refused_not_skipped(small, tmp_path):
+    # format 2 derived the per-epoch seeds differently: resuming it would not replay its run
+    _fit(small[0], epochs=1, checkpoint_dir=tmp_path)
+    path = tmp_path / "ckpt-000000" / "state.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format": 2}))
+    with pytest.raises(ValueError, match=r"ckpt-000000 was written by an earlier gluondist "
+                                         r"\(checkpoint format 2.*pass resume=False"):
+        _fit(small[0], epochs=2, checkpoint_dir=tmp_path)
+    _, h = _fit(small[0], epochs=1, checkpoint_dir=tmp_path, resume=False)
+    assert len(h.history["loss"]) == 1
+
+
 class StopAt(Callback):
     def __init__(self, epoch, batch):
         self.at = (epoch, batch)
