@@ -1,9 +1,9 @@
 """Start, watch and stop the processes of a plan, like torchrun's PContext.
 
 Each child runs in its own session (process group), so one ``killpg`` takes its whole tree and
-a Ctrl-C at the terminal reaches only the launcher. A small reaper process holds the other end
-of a pipe from the launcher: if the launcher dies, even by SIGKILL, the pipe closes and the
-reaper kills every group it was told about.
+a Ctrl-C at the terminal reaches only the launcher. A small reaper process (reaper.py) holds
+the other end of a pipe from the launcher: if the launcher dies, even by SIGKILL, the pipe
+closes and the reaper kills every group it was told about.
 
 A worker can also have a side channel, a stream of lines ``gluondist-progress N`` (batches
 finished, from gluondist.heartbeat), ``gluondist-cpu S`` (its process tree's CPU seconds, from
@@ -32,44 +32,22 @@ from . import errorfile
 from .errors import LaunchError
 from .plan import ProcessSpec
 from .roles import runs_bootstrap
+from .transport import Transport
 
 TAIL_LINES = 40
 REAP_WAIT = 5.0  # how long the teardown waits for the processes to die after SIGKILL
 log = logging.getLogger(__name__)
-
-REAPER = r"""
-import os, signal, sys
-groups = set()
-for line in sys.stdin:
-    op, _, pgid = line.strip().partition(" ")
-    if op == "done":
-        sys.exit(0)
-    (groups.add if op == "+" else groups.discard)(int(pgid))
-for pgid in groups:  # EOF without "done": the launcher died
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except OSError:
-        pass
-for pid in filter(str.isdigit, os.listdir("/proc")):  # and what left a group, not a session
-    try:
-        with open("/proc/%s/stat" % pid, "rb") as f:
-            if int(f.read().rsplit(b")", 1)[1].split()[3]) in groups:
-                os.kill(int(pid), signal.SIGKILL)
-    except (OSError, ValueError, IndexError):
-        pass
-"""
-
 
 STACK_SIGNAL = signal.SIGUSR1  # what the worker bootstrap dumps its stacks on
 SIDE = "gluondist-"
 
 
 class LocalTransport:
-    """Starts a spec on this machine. Tests and other transports (ssh, srun) replace it.
+    """Starts a spec on this machine (see transport.Transport): with ``progress`` the worker
+    inherits a pipe's write end named by GLUONDIST_PROGRESS_FD, its side channel;
+    ``error_file`` is where its bootstrap records an exception."""
 
-    ``spawn(spec, progress, error_file)`` returns the process and its side channel (a binary
-    stream of lines, or None): with ``progress`` the worker inherits a pipe's write end named by
-    GLUONDIST_PROGRESS_FD; ``error_file`` is where its bootstrap records an exception."""
+    error_records = tree_cpu_known = True
 
     def spawn(self, spec: ProcessSpec, progress: bool = False,
               error_file: Optional[str] = None) -> Tuple[subprocess.Popen, Optional[object]]:
@@ -98,6 +76,9 @@ class LocalTransport:
 
     def tree_cpu(self, child: "Child") -> Optional[float]:
         return session_cpu(child.proc.pid)
+
+    def lost(self, child: "Child") -> bool:
+        return False  # nothing between the launcher and its children to lose
 
 
 def added_at_start(spec: ProcessSpec, launcher: str, progress: bool) -> dict:
@@ -206,7 +187,8 @@ class ProcessGroup:
     """``start()``, then ``poll()`` repeatedly, then ``close()`` (always, in a finally)."""
 
     def __init__(self, specs: Sequence[ProcessSpec], on_line: Callable[[ProcessSpec, str], None],
-                 log_dir: Optional[str] = None, transport=None, restart: int = 0,
+                 log_dir: Optional[str] = None, transport: Optional[Transport] = None,
+                 restart: int = 0,
                  progress: bool = False):
         self.specs = list(specs)
         self.progress = progress  # give each worker a progress channel (stall detection)
@@ -227,13 +209,13 @@ class ProcessGroup:
 
     def _start(self) -> None:
         logs = self._open_logs()  # first: a log that cannot be written stops nothing
-        self._reaper = subprocess.Popen([sys.executable, "-c", REAPER], stdin=subprocess.PIPE,
-                                        start_new_session=True)
+        self._reaper = subprocess.Popen([sys.executable, "-m", "gluondist.launcher.reaper"],
+                                        stdin=subprocess.PIPE, start_new_session=True)
         self._errors_dir = tempfile.mkdtemp(prefix="gluondist-errors-")
         for spec, log in zip(self.specs, logs):
             worker = spec.role == "worker"
             error_file = os.path.join(self._errors_dir, f"{spec.log_name}.error.json") \
-                if worker else None
+                if worker and self.transport.error_records else None
             proc, side = self.transport.spawn(spec, self.progress and worker, error_file)
             self._tell_reaper(f"+ {proc.pid}")
             self.children.append(Child(spec, proc, self.on_line, log, side, error_file))
