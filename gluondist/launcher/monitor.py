@@ -149,12 +149,9 @@ def _failed(group: ProcessGroup, spec: ProcessSpec, returncode: int, when: float
 
 def _lost(group: ProcessGroup, child: Child) -> bool:
     """Whether the transport says ``child`` (exited) lost its connection instead of failing."""
-    lost = getattr(group.transport, "lost", None)
-    if lost is None:
-        return False
     if child.side_reader is not None:
         child.side_reader.join(timeout=2.0)  # the remote side's exit report comes last
-    return lost(child)
+    return group.transport.lost(child)
 
 
 def _failure(child: Child, returncode: int, when: float, lost: bool = False) -> Failure:

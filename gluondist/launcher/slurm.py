@@ -44,7 +44,9 @@ def _scontrol(args) -> str:
 
 class SrunTransport:
     """No side channel (the steps run on other nodes): errors come from the log tail, and
-    stall detection is refused for Slurm by the options."""
+    stall detection is refused for Slurm by the options (see transport.Transport)."""
+
+    error_records = tree_cpu_known = False
 
     def spawn(self, spec: ProcessSpec, progress: bool = False, error_file=None):
         argv = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={spec.host}", "--overlap",
@@ -59,3 +61,6 @@ class SrunTransport:
 
     def tree_cpu(self, child):
         return None
+
+    def lost(self, child) -> bool:
+        return False  # srun's own failures come with its message in the log tail

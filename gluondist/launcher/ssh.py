@@ -61,7 +61,10 @@ def ssh_argv(host: str, remote: Sequence[str], ssh_config: Optional[str] = None)
 
 class SshTransport:
     """Starts each spec on its host through ssh; the process group treats it like a local one
-    (killing the local ssh ends the remote tree through the remote side)."""
+    (killing the local ssh ends the remote tree through the remote side). The remote side
+    relays error records and CPU time on the side channel (see transport.Transport)."""
+
+    error_records = tree_cpu_known = True
 
     def __init__(self, python: str, base_env: Mapping[str, str], cwd: str,
                  ssh_config: Optional[str] = None, silence: float = SILENCE,

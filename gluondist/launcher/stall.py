@@ -7,6 +7,7 @@ from typing import Dict, List, Optional
 
 from ..heartbeat import INTERVAL
 from .process import Child
+from .transport import Transport
 
 CPU_SAMPLE = 1.0  # seconds between CPU readings of a worker without a heartbeat
 CPU_BUSY = 0.05  # CPU seconds per sample that count as progress (5% of a core)
@@ -14,7 +15,7 @@ STALL_EXIT = 124  # the launcher's exit code for a stalled job (as timeout(1) ha
 
 
 class StallWatch:
-    def __init__(self, timeout: float, transport, workers: List[Child]):
+    def __init__(self, timeout: float, transport: Transport, workers: List[Child]):
         self.timeout, self.transport, self.workers = timeout, transport, workers
         now = time.monotonic()
         self.started = now
@@ -44,6 +45,8 @@ class StallWatch:
 
     def _sample(self, now: float) -> None:
         self._sampled = now
+        if not self.transport.tree_cpu_known:
+            return
         for child in self.workers:
             if child.batches is not None or child.exited is not None:
                 continue
