@@ -185,7 +185,8 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, launcher_k
     chunk = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
     table, recommended, failed = _supervised(lambda stop: run(
         options, servers, mbytes, keys, steps,
-        lambda opts, shw, rec: launch_job(opts, shw, rec, base_env=os.environ, stop=stop), show,
+        lambda opts, shw: launch_job(opts, shw, keep_logs=True, base_env=os.environ, stop=stop),
+        show,
         chunk, unchunked))
     if failed is not None:
         sys.exit(failed.exit_code)

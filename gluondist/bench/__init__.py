@@ -150,8 +150,8 @@ def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: i
         launch_job: Callable, show: Callable[[str, bool], None], chunk_bytes: int,
         unchunked: bool = False, base_env: Mapping[str, str] = os.environ):
     """One job per server count, and per layout when ``base_options.server_hosts`` is set (on
-    the workers' hosts, then on the server hosts), through ``launch_job(options, show,
-    record)``; returns ``(table, recommended row, failure)``, failure being the failed job's
+    the workers' hosts, then on the server hosts), through ``launch_job(options, show)``
+    (which keeps the logs); returns ``(table, recommended row, failure)``, failure being the failed job's
     LaunchResult."""
     layouts: List[Tuple[str, object]] = [("colocated", ())]
     if base_options.server_hosts:
@@ -160,7 +160,6 @@ def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: i
     measured = []
     for name, server_hosts in layouts:
         for count in servers:
-            lines: List[str] = []
             options = dataclasses.replace(
                 base_options, num_servers=count, server_hosts=server_hosts,
                 command=(WORKER, str(mbytes), str(keys), str(steps), *chunks))
@@ -168,12 +167,10 @@ def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: i
             show(f"-s {count}{where}: {options.num_workers} worker(s) push and pull {mbytes:g} "
                  f"MB in {keys} key(s), {steps} steps", True)
             # the launcher's notes and reports are shown; the processes' own lines are not
-            result = launch_job(options, lambda text, note: show(text, True) if note else None,
-                                lambda spec, line: lines.append(line)
-                                if spec.label == "worker 0" else None)
+            result = launch_job(options, lambda text, note: show(text, True) if note else None)
             if result.exit_code != 0:
                 return None, None, result
-            found = parse(lines)
+            found = parse(result.logs.get("worker 0", []))
             if found is None:
                 raise RuntimeError("worker 0 printed no result line")
             measured.append(Measured(layout_of(result.plan), found["step_s"][0],

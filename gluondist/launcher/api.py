@@ -1,12 +1,10 @@
 """``gluondist.launch()``: start a parameter-server job from Python (a notebook, a test)."""
 from __future__ import annotations
 
-import threading
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 from .monitor import LaunchResult
 from .options import LaunchOptions
-from .plan import ProcessSpec
 from .session import launch_job, terminal
 
 
@@ -34,14 +32,5 @@ def launch(command: Union[str, Sequence[str]], *args: str, num_workers: int = 1,
                             start_timeout=start_timeout, log_dir=log_dir, env=env or {},
                             threads=threads, max_restarts=max_restarts,
                             stall_timeout=stall_timeout, launcher=launcher, hosts=hosts, **more)
-    logs: Dict[str, List[str]] = {}
-    lock = threading.Lock()
-
-    def record(spec: ProcessSpec, line: str) -> None:
-        with lock:
-            logs.setdefault(spec.label, []).append(line)
-
     show = terminal() if echo else (lambda text, note: None)
-    result = launch_job(options, show, record)
-    result.logs = logs
-    return result
+    return launch_job(options, show, keep_logs=True)

@@ -5,7 +5,7 @@ import re
 import socket
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional
 
 from .plan import LaunchPlan, ProcessSpec
@@ -46,15 +46,19 @@ class Stall:
     first_known: bool = False  # the heartbeats tell which worker stopped first
 
 
-@dataclass
+@dataclass(frozen=True)
 class LaunchResult:
+    """What a job came to. ``watch`` makes an attempt's, ``rank_failures`` orders its
+    failures (a new result), and the session adds the attempts, restarts and logs: the one
+    result both ``gluondist launch`` and ``gluondist.launch()`` get."""
+
     exit_code: int
     failure: Optional[Failure] = None
     stopped: List[str] = field(default_factory=list)  # labels stopped by the teardown
     attempts: int = 1
     plan: Optional[LaunchPlan] = None
     restarts: List[Failure] = field(default_factory=list)  # the failures restarted from
-    logs: Dict[str, List[str]] = field(default_factory=dict)  # filled by gluondist.launch()
+    logs: Dict[str, List[str]] = field(default_factory=dict)  # when the session keeps them
     others: List[Failure] = field(default_factory=list)  # later failures, in time order
     stall: Optional[Stall] = None
     signal: Optional[int] = None  # the job was stopped on request (a StopRequest), by this
@@ -168,13 +172,14 @@ def _failure(child: Child, returncode: int, when: float, lost: bool = False) -> 
     return failure
 
 
-def rank_failures(result: LaunchResult, group: ProcessGroup) -> LaunchResult:
-    """After the teardown: every process that failed by itself, earliest first by when it
-    happened (a worker's error record tells; otherwise when the monitor noticed), so the root
-    cause leads even when the monitor noticed a later failure first."""
+def rank_failures(result: LaunchResult, group: ProcessGroup, stopped: List[str],
+                  unreaped: List[str]) -> LaunchResult:
+    """After the teardown (``stopped``: the labels it stopped; ``unreaped``: those alive after
+    SIGKILL): every process that failed by itself, earliest first by when it happened (a
+    worker's error record tells; otherwise when the monitor noticed), so the root cause leads
+    even when the monitor noticed a later failure first."""
     if result.failure is None or result.failure.label == "job":
-        return result
-    stopped = set(result.stopped)
+        return replace(result, stopped=stopped, unreaped=unreaped)
     failures = []
     for child in group.children:
         exited = child.exited
@@ -186,21 +191,21 @@ def rank_failures(result: LaunchResult, group: ProcessGroup) -> LaunchResult:
             lost = own and _lost(group, child)
             failures.append((child, _failure(child, exited.returncode, exited.wall, lost)))
     first = group.child(next(s for s in group.specs if s.label == result.failure.label))
-    if first.error_record() is not None and not result.failure.from_error_file:
-        result.failure = _failure(first, first.exited.returncode, first.exited.wall)
-    failures.append((first, result.failure))
+    noticed = result.failure
+    if first.error_record() is not None and not noticed.from_error_file:
+        noticed = _failure(first, first.exited.returncode, first.exited.wall)
+    failures.append((first, noticed))
     failures.sort(key=lambda pair: pair[1].time)
-    root_child, result.failure = failures[0]
-    root = result.failure
+    root_child, root = failures[0]
     # one lost host is one failure, however many of its sessions noticed before the teardown
-    result.others = [f for _, f in failures[1:] if not (f.lost and root.lost
-                                                         and f.host == root.host)]
-    named = {root.label} | {f.label for f in result.others}  # failed, not "stopped"
-    result.stopped = [label for label in result.stopped if label not in named]
+    others = [f for _, f in failures[1:] if not (f.lost and root.lost and f.host == root.host)]
+    named = {root.label} | {f.label for f in others}  # failed, not "stopped"
     code = root_child.exited.returncode
-    result.exit_code = LOST_EXIT if root.lost else \
+    exit_code = LOST_EXIT if root.lost else \
         1 if code < 0 and root_child.error_record() else exit_status(code)
-    return result
+    return replace(result, exit_code=exit_code, failure=root, others=others,
+                   stopped=[label for label in stopped if label not in named],
+                   unreaped=unreaped)
 
 
 def _stalled(group: ProcessGroup, stalls: StallWatch, idle: float) -> LaunchResult:

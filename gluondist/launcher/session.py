@@ -13,7 +13,7 @@ import dataclasses
 import os
 import sys
 import threading
-from typing import Callable, Mapping, Optional
+from typing import Callable, Dict, List, Mapping, Optional
 
 from .. import envvars as ev
 from .errors import LaunchError, Stopped, StopRequest
@@ -117,13 +117,15 @@ def dry_run(options: LaunchOptions, base_env: Mapping[str, str], cores: int) -> 
     return build_plan(options, port, nodes, cores, base_env)
 
 
-def launch_job(options: LaunchOptions, show: Show,
-               record: Optional[Callable[[ProcessSpec, str], None]] = None,
+def launch_job(options: LaunchOptions, show: Show, keep_logs: bool = False,
                base_env: Optional[Mapping[str, str]] = None, cores: Optional[int] = None,
                transport=None, ports=free_ports,
                stop: Optional[StopRequest] = None) -> LaunchResult:
     """Run the job to its end, restarting it up to ``options.max_restarts`` times, and return
-    the last attempt's result (its report already shown). Over ssh, each restart runs on the
+    the last attempt's result (its report already shown; with ``keep_logs`` its ``logs`` hold
+    every output line of each process, by label, restarts' after the failed attempts'; the
+    CLI does not keep them, so a long job's output never piles up in memory). Over ssh, each
+    restart runs on the
     hosts that pass the preflight again (see ``_reachable``). Raises LaunchError for bad options
     before anything starts. ``stop`` (set by the CLI's signal handlers) stops every process,
     says which, and raises Stopped; so does any exception (a KeyboardInterrupt: a second one
@@ -139,7 +141,8 @@ def launch_job(options: LaunchOptions, show: Show,
                               f"{exc.strerror}") from None
     transport = transport or _transport(options, base_env)
     shown = pslite_verbose(user_value(options, base_env, ev.PS_VERBOSE))[1]
-    on_line = _console(show, record, hide_chatter=not shown)
+    logs: Dict[str, List[str]] = {}
+    on_line = _console(show, _keeper(logs) if keep_logs else None, hide_chatter=not shown)
     restarts, port_retries, failures = 0, 0, []
     every_host = (options.hosts, options.server_hosts)
     while True:
@@ -151,14 +154,15 @@ def launch_job(options: LaunchOptions, show: Show,
             for note in plan.notes:
                 show(f"gluondist: {note}", True)
         result = _attempt(options, plan, on_line, transport, restarts, show, stop)
-        result.attempts, result.plan = 1 + restarts + port_retries, plan
+        result = dataclasses.replace(result, attempts=1 + restarts + port_retries, plan=plan,
+                                     logs=logs)
         if result.exit_code != 0 and scheduler_port_taken(result) \
                 and port_retries < PORT_ATTEMPTS - 1:
             show(f"gluondist: the scheduler's port {port} was taken; retrying on another", True)
             port_retries += 1
             continue
         if result.exit_code == 0 or restarts >= options.max_restarts:
-            result.restarts = failures
+            result = dataclasses.replace(result, restarts=failures)
             for line in final_lines(result):
                 show(line, True)
             return result
@@ -169,7 +173,7 @@ def launch_job(options: LaunchOptions, show: Show,
         if options.launcher == "ssh":
             options = _reachable(options, every_host, result.attempts + 1, show)
             if options is None:
-                result.restarts = failures[:-1]
+                result = dataclasses.replace(result, restarts=failures[:-1])
                 show(exit_line(result), True)
                 return result
         show(f"gluondist: restarting the job ({restarts} of {options.max_restarts})", True)
@@ -220,9 +224,8 @@ def _attempt(options, plan, on_line, transport, restarts, show, stop) -> LaunchR
             show(f"gluondist: stopped {', '.join(s.label for s in stopped)}", True)
     if result.signal:
         raise Stopped(result.signal, [label for label, _, _ in group.unreaped])
-    result.stopped = [s.label for s in stopped]
-    result.unreaped = [label for label, _, _ in group.unreaped]
-    return rank_failures(result, group)
+    return rank_failures(result, group, [s.label for s in stopped],
+                         [label for label, _, _ in group.unreaped])
 
 
 def _transport(options: LaunchOptions, base_env: Mapping[str, str]):
@@ -235,6 +238,15 @@ def _transport(options: LaunchOptions, base_env: Mapping[str, str]):
         return SrunTransport()
     from .process import LocalTransport
     return LocalTransport()
+
+
+def _keeper(logs: Dict[str, List[str]]) -> Callable[[ProcessSpec, str], None]:
+    lock = threading.Lock()  # each process's output is read by a thread of its own
+
+    def keep(spec: ProcessSpec, line: str) -> None:
+        with lock:
+            logs.setdefault(spec.label, []).append(line)
+    return keep
 
 
 def _console(show: Show, record, hide_chatter: bool) -> Callable[[ProcessSpec, str], None]:

@@ -4,11 +4,10 @@ machine (process.LocalTransport), over ssh (ssh.SshTransport) or as a Slurm step
 from __future__ import annotations
 
 import subprocess
-from typing import IO, TYPE_CHECKING, Optional, Protocol, Tuple
+from typing import IO, Optional, Protocol, Tuple
 
-if TYPE_CHECKING:
-    from .plan import ProcessSpec
-    from .process import Child
+# The annotations name plan.ProcessSpec and process.Child, not imported: process.py imports
+# this module, and the layers test keeps imports acyclic.
 
 
 class Transport(Protocol):
