@@ -11,9 +11,10 @@ import click
 from . import envvars as ev
 from .kinds import DIST_KINDS
 from .launcher.errors import LaunchError, Stopped, StopRequest
-from .launcher.options import LaunchOptions
+from .launcher.options import LaunchOptions, flags
 from .launcher.plan import LaunchPlan
 from .launcher.session import dry_run as plan_only, launch_job, terminal
+from .manifests import SCHEDULER_PORT
 
 
 def _say(message: str) -> None:
@@ -29,53 +30,53 @@ def cli():
     """Distributed training for Apache MXNet Gluon."""
 
 
+_TYPES = {"dir": click.Path(file_okay=False), "file": click.Path(dir_okay=False),
+          "seconds": click.FloatRange(min=0, min_open=True)}
+
+
+def launch_flags(*names: str, **changes):
+    """The click options of these LaunchOptions fields, as options.py declares them (flag,
+    default, type, envvar, help); ``changes`` maps a field to settings of its own here (a
+    bench's default, say)."""
+    declared = flags()
+
+    def decorate(command):
+        for name in reversed(names):
+            flag, default = declared[name]
+            kind = flag.type if flag.type is not None else type(default)
+            default = None if default == () else default  # no hosts: click's None
+            settings = dict(type=_TYPES.get(kind, kind), default=default, help=flag.help,
+                            envvar=flag.envvar, metavar=flag.metavar, multiple=flag.multiple,
+                            show_default=default not in (None, (), {}))
+            if flag.multiple:
+                settings.update(type=str, default=())
+            settings.update(changes.get(name, {}))
+            command = click.option(*flag.names, name, **settings)(command)
+        return command
+    return decorate
+
+
+def options_of(command, values: dict) -> LaunchOptions:
+    """LaunchOptions from a command's flags (``values``: field name -> what click gave)."""
+    values = dict(values)
+    if "env" in values:
+        values["env"] = _env_pairs(values["env"])
+    for name in ("hosts", "server_hosts"):
+        if name in values:
+            values[name] = values[name] or ()
+    return LaunchOptions(tuple(command), **values)
+
+
+LAUNCH_FLAGS = ("num_workers", "num_servers", "kvstore", "start_timeout", "log_dir", "env",
+                "threads", "max_restarts", "launcher", "hosts", "server_hosts", "interface",
+                "gpus_per_worker", "ssh_config", "scheduler_address", "stall_timeout")
+
+
 @cli.command(context_settings={"allow_interspersed_args": False})
-@click.option("-n", "--num-workers", type=int, default=1, show_default=True,
-              envvar=ev.GLUONDIST_NUM_WORKERS, help="Worker processes.")
-@click.option("-s", "--num-servers", type=int, default=1, show_default=True,
-              envvar=ev.GLUONDIST_NUM_SERVERS, help="Parameter-server processes.")
-@click.option("--kvstore", default="dist_sync", show_default=True, envvar=ev.GLUONDIST_KVSTORE,
-              help="What kvstore='auto' means in the job: dist_sync, dist_async or "
-                   "dist_device_sync.")
-@click.option("--start-timeout", type=float, default=300.0, show_default=True,
-              help="Seconds for every worker and server to join before the job fails.")
-@click.option("--log-dir", type=click.Path(file_okay=False), envvar=ev.GLUONDIST_LOG_DIR,
-              help="Also write each process's output to DIR/<role>.<rank>.log.")
-@click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE",
-              help="Set an environment variable in every process (repeatable).")
-@click.option("--threads", type=int, default=None,
-              help="OMP_NUM_THREADS per worker [default: cores / workers, unless set].")
-@click.option("--max-restarts", type=int, default=0, show_default=True,
-              envvar=ev.GLUONDIST_MAX_RESTARTS,
-              help="Start a failed job again (all of it, fresh ports) up to this many times; "
-                   "fit(checkpoint_dir=...) resumes from the last complete epoch.")
-@click.option("--launcher", "launcher_kind", default="local", show_default=True,
-              envvar=ev.GLUONDIST_LAUNCHER,
-              help="local; ssh to place processes on -H hosts; slurm inside an allocation.")
-@click.option("-H", "--hostfile", "--hosts", "hosts_arg", metavar="HOSTFILE|HOST:SLOTS,...",
-              envvar=ev.GLUONDIST_HOSTS,
-              help="A hostfile (lines `host slots=N`) or inline host1:2,host2:2.")
-@click.option("--server-hosts", "server_hosts_arg", metavar="HOSTFILE|HOST:N,...",
-              envvar=ev.GLUONDIST_SERVER_HOSTS,
-              help="Put the servers on these hosts, N per host (default 1), round-robin, "
-                   "instead of on -H's hosts (--launcher ssh).")
-@click.option("--interface", default=None, help="Network interface ps-lite uses on each host.")
-@click.option("--gpus-per-worker", type=int, default=0, show_default=True,
-              help="Give each worker its own GPUs on its host (CUDA_VISIBLE_DEVICES).")
-@click.option("--ssh-config", type=click.Path(dir_okay=False), default=None,
-              help="An ssh client configuration file (ssh -F).")
-@click.option("--scheduler-address", default=None,
-              help="The address the others reach the scheduler at, when it differs from its "
-                   "host's (NAT, containers); the scheduler then binds 0.0.0.0.")
-@click.option("--stall-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              envvar=ev.GLUONDIST_STALL_TIMEOUT, metavar="SECONDS",
-              help="Stop the job (exit 124, restartable) when no worker made progress for this "
-                   "long, and show every worker's stack [default: off; 300 recommended].")
+@launch_flags(*LAUNCH_FLAGS)
 @click.option("--dry-run", is_flag=True, help="Print every process to start, start none.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs, threads,
-           max_restarts, launcher_kind, hosts_arg, server_hosts_arg, interface, gpus_per_worker,
-           ssh_config, scheduler_address, stall_timeout, dry_run, command):
+def launch(dry_run, command, **values):
     """Run COMMAND (SCRIPT.py [ARGS] or -- ANY COMMAND) as a parameter-server job: a
     scheduler, servers and workers on this machine (or, with --launcher ssh|slurm, on other
     hosts), watched until the end.
@@ -83,14 +84,7 @@ def launch(num_workers, num_servers, kvstore, start_timeout, log_dir, env_pairs,
     The first process to fail is reported with its traceback or last lines, every other one is
     stopped, and the exit code is the failing worker's own (128+N for signal N; 124 for a
     stall)."""
-    options = LaunchOptions(tuple(command), num_workers, num_servers, kvstore,
-                            start_timeout=start_timeout, log_dir=log_dir,
-                            env=_env_pairs(env_pairs), threads=threads,
-                            max_restarts=max_restarts, launcher=launcher_kind,
-                            hosts=hosts_arg or (), server_hosts=server_hosts_arg or (),
-                            interface=interface,
-                            gpus_per_worker=gpus_per_worker, ssh_config=ssh_config,
-                            scheduler_address=scheduler_address, stall_timeout=stall_timeout)
+    options = options_of(command, values)
     cores = os.cpu_count() or 1
     if dry_run:
         _print_plan(plan_only(options, os.environ, cores), options)
@@ -136,7 +130,7 @@ def _server_counts(ctx, param, value):
 
 
 @bench.command("kvstore")
-@click.option("-n", "--num-workers", type=click.IntRange(min=1), default=2, show_default=True)
+@launch_flags("num_workers", num_workers={"default": 2, "type": click.IntRange(min=1)})
 @click.option("--servers", callback=_server_counts, default="1,2,4", show_default=True,
               help="Server counts to measure, comma-separated.")
 @click.option("--mbytes", type=click.FloatRange(min=0, min_open=True), default=64.0,
@@ -145,26 +139,17 @@ def _server_counts(ctx, param, value):
               help="Arrays the megabytes are split into (a model's layers).")
 @click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="End with one JSON object.")
-@click.option("--launcher", "launcher_kind", default="local", show_default=True,
-              envvar=ev.GLUONDIST_LAUNCHER)
-@click.option("-H", "--hostfile", "--hosts", "hosts_arg", metavar="HOSTFILE|HOST:SLOTS,...",
-              envvar=ev.GLUONDIST_HOSTS)
-@click.option("--server-hosts", "server_hosts_arg", metavar="HOSTFILE|HOST:N,...",
-              envvar=ev.GLUONDIST_SERVER_HOSTS,
-              help="Also measure every server count with the servers on these hosts.")
+@launch_flags("launcher", "hosts", "server_hosts", "interface", "ssh_config",
+              "scheduler_address", "start_timeout", "env",
+              server_hosts={"help": "Also measure every server count with the servers on these "
+                                    "hosts."})
 @click.option("--chunk-bytes", type=click.IntRange(min=0), default=None,
               help="Bytes per kvstore chunk of a big array, as fit sends them [default: "
                    "gluondist.kvstore.CHUNK_BYTES; 0: whole].")
 @click.option("--unchunked", is_flag=True,
               help="Also measure each row with every array sent whole.")
-@click.option("--interface", default=None)
-@click.option("--ssh-config", type=click.Path(dir_okay=False), default=None)
-@click.option("--scheduler-address", default=None)
-@click.option("--start-timeout", type=float, default=300.0, show_default=True)
-@click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE")
-def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, launcher_kind,
-                  hosts_arg, server_hosts_arg, chunk_bytes, unchunked, interface, ssh_config,
-                  scheduler_address, start_timeout, env_pairs):
+def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, chunk_bytes, unchunked,
+                  **values):
     """Run a dist_sync job per server count (and layout, with --server-hosts) whose workers
     push and pull MBYTES per step the way fit does, and print the step time, the cost model's
     prediction and its error, the efficiency against the raw TCP bound and the bytes each
@@ -176,11 +161,8 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, launcher_k
     from .kvstore import CHUNK_BYTES
     if not math.isfinite(mbytes):
         raise click.BadParameter(f"{mbytes} is not a number of megabytes", param_hint="--mbytes")
-    options = LaunchOptions(("bench",), num_workers, servers[0], "dist_sync",
-                            start_timeout=start_timeout, env=_env_pairs(env_pairs),
-                            launcher=launcher_kind, hosts=hosts_arg or (),
-                            server_hosts=server_hosts_arg or (), interface=interface,
-                            ssh_config=ssh_config, scheduler_address=scheduler_address)
+    options = options_of(("bench",), {**values, "num_workers": num_workers,
+                                        "num_servers": servers[0]})
     show = terminal()
     chunk = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
     table, recommended, failed = _supervised(lambda stop: run(
@@ -232,17 +214,15 @@ def manifest():
 
 
 @manifest.command("kubernetes", context_settings={"allow_interspersed_args": False})
-@click.option("-n", "--num-workers", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("-s", "--num-servers", type=click.IntRange(min=1), default=1, show_default=True)
+@launch_flags("num_workers", "num_servers", num_workers={"type": click.IntRange(min=1)},
+              num_servers={"type": click.IntRange(min=1)})
 @click.option("--image", required=True, help="Container image with gluondist and MXNet.")
 @click.option("--name", default="gluondist", show_default=True,
               help="Prefix of the objects' names (a DNS label).")
-@click.option("--port", type=click.IntRange(1, 65535), default=9091, show_default=True,
+@click.option("--port", type=click.IntRange(1, 65535), default=SCHEDULER_PORT, show_default=True,
               help="The scheduler's port.")
-@click.option("--kvstore", type=click.Choice(DIST_KINDS),
-              default="dist_sync", show_default=True)
-@click.option("--gpus-per-worker", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE")
+@launch_flags("kvstore", "gpus_per_worker", "env", kvstore={"type": click.Choice(DIST_KINDS)},
+              gpus_per_worker={"type": click.IntRange(min=0)})
 @click.option("--layout", type=click.Choice(["one-job", "per-role"]), default="one-job",
               show_default=True,
               help="one-job: any failure ends every pod, one pod template for all roles; "
@@ -253,7 +233,7 @@ def manifest():
 @click.option("-o", "--output", type=click.File("w"), default="-", show_default=True)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def manifest_kubernetes(num_workers, num_servers, image, name, port, kvstore, gpus_per_worker,
-                        env_pairs, layout, active_deadline, output, command):
+                        env, layout, active_deadline, output, command):
     """Kubernetes objects (JSON, for `kubectl apply -f`) running COMMAND as the workers of a
     parameter-server job, and a headless Service. By default one Indexed Job (index 0 the
     scheduler, then the servers, then the workers) that fails, ending every pod, when any
@@ -261,7 +241,7 @@ def manifest_kubernetes(num_workers, num_servers, image, name, port, kvstore, gp
     import json
     from .manifests import kubernetes
     objects = kubernetes(name, image, command, num_workers, num_servers, port, kvstore,
-                         gpus_per_worker, _env_pairs(env_pairs), layout, active_deadline)
+                         gpus_per_worker, _env_pairs(env), layout, active_deadline)
     output.write(json.dumps(objects, indent=2) + "\n")
 
 

@@ -23,6 +23,7 @@ from .launcher.roles import is_python, job_env
 CONTAINER = "gluondist"
 POD_ENTRY = ("-m", "gluondist.launcher.pod")
 GRACE_SECONDS = 15  # how long a pod may take to stop once the Job failed, then SIGKILL
+SCHEDULER_PORT = 9091  # the scheduler's port in its pod (--port; any port the pods may use)
 
 
 def _env(values: Dict[str, str]) -> List[dict]:
@@ -75,7 +76,7 @@ FAIL_ON_ANY_ERROR = {"rules": [{
 
 
 def kubernetes(name: str, image: str, command: Sequence[str], num_workers: int,
-               num_servers: int, port: int = 9091, kvstore: str = "dist_sync",
+               num_servers: int, port: int = SCHEDULER_PORT, kvstore: str = "dist_sync",
                gpus_per_worker: int = 0, env: Optional[Dict[str, str]] = None,
                layout: str = "one-job", active_deadline: Optional[int] = None) -> dict:
     """A ``v1 List`` of the objects to ``kubectl apply -f``: a headless Service and, with the

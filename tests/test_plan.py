@@ -153,3 +153,24 @@ def test_one_builder_for_every_role_and_the_kubernetes_index():
     assert worker_argv((sys.executable, "t.py", "-x"), sys.executable) == (
         sys.executable, "-m", "gluondist.launcher.bootstrap", "t.py", "-x")
     assert worker_argv(("/bin/sh", "t.py"), sys.executable) == ("/bin/sh", "t.py")
+
+
+def test_launch_options_are_declared_once():
+    # The CLI's flags come from LaunchOptions' declarations; gluondist.launch()'s keyword
+    # defaults must agree with them (a new option shows up in both, or this fails).
+    import inspect
+
+    import gluondist
+    from gluondist.cli import LAUNCH_FLAGS, launch as launch_command
+    from gluondist.launcher.options import flags
+    declared = flags()
+    assert set(LAUNCH_FLAGS) == set(declared)
+    by_name = {p.name: p for p in launch_command.params}
+    for name, (flag, default) in declared.items():
+        assert set(by_name[name].opts) == set(flag.names), name
+        assert by_name[name].default == (() if flag.multiple else None if default == () else
+                                         default), name
+    for name, param in inspect.signature(gluondist.launch).parameters.items():
+        if name in declared and param.default is not inspect.Parameter.empty:
+            default = declared[name][1]
+            assert param.default == default or (param.default is None and not default), name

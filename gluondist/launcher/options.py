@@ -4,9 +4,10 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Dict, Optional, Tuple, Union
 
+from .. import envvars as ev
 from ..kinds import DIST_KINDS
 from .errors import LaunchError  # noqa: F401  (its old home; gluondist.launcher.errors now)
 from .hosts import place
@@ -15,37 +16,96 @@ LAUNCHERS = ("local", "ssh", "slurm")
 
 
 @dataclass(frozen=True)
+class Flag:
+    """How a LaunchOptions field is given on the command line: cli.py makes its click option
+    from this and the field's default, for ``gluondist launch`` and ``gluondist bench``."""
+
+    names: Tuple[str, ...]
+    help: str = ""
+    type: object = None  # None: the default's type; "dir"/"file" a path; "seconds" > 0
+    envvar: Optional[str] = None
+    metavar: Optional[str] = None
+    multiple: bool = False
+
+
+def _flag(default, *names: str, **how) -> "field":
+    kind = dict(default_factory=default) if callable(default) else dict(default=default)
+    return field(**kind, metadata={"flag": Flag(names, **how)})
+
+
+@dataclass(frozen=True)
 class LaunchOptions:
     """What to launch. ``command`` is a ``.py`` script with its arguments (run with ``python``),
-    or any command. Validated by :meth:`validate` before anything starts."""
+    or any command. Validated by :meth:`validate` before anything starts. Each field with a
+    command-line flag declares it here, once."""
 
     command: Tuple[str, ...]
-    num_workers: int = 1
-    num_servers: int = 1
-    kvstore: str = "dist_sync"
+    num_workers: int = _flag(1, "-n", "--num-workers", help="Worker processes.",
+                             envvar=ev.GLUONDIST_NUM_WORKERS)
+    num_servers: int = _flag(1, "-s", "--num-servers", help="Parameter-server processes.",
+                             envvar=ev.GLUONDIST_NUM_SERVERS)
+    kvstore: str = _flag("dist_sync", "--kvstore", envvar=ev.GLUONDIST_KVSTORE,
+                         help="What kvstore='auto' means in the job: dist_sync, dist_async or "
+                              "dist_device_sync.")
     host: str = "127.0.0.1"
-    start_timeout: float = 300.0
-    log_dir: Optional[str] = None
-    env: Dict[str, str] = field(default_factory=dict)
-    threads: Optional[int] = None  # OMP_NUM_THREADS per worker; None: cores / local workers
-    max_restarts: int = 0  # start a failed job again, from scratch, at most this many times
-    launcher: str = "local"  # local | ssh | slurm
+    start_timeout: float = _flag(300.0, "--start-timeout",
+                                 help="Seconds for every worker and server to join before the "
+                                      "job fails.")
+    log_dir: Optional[str] = _flag(None, "--log-dir", type="dir", envvar=ev.GLUONDIST_LOG_DIR,
+                                   help="Also write each process's output to "
+                                        "DIR/<role>.<rank>.log.")
+    env: Dict[str, str] = _flag(dict, "--env", metavar="KEY=VALUE", multiple=True,
+                                help="Set an environment variable in every process "
+                                     "(repeatable).")
+    # OMP_NUM_THREADS per worker; None: cores / local workers
+    threads: Optional[int] = _flag(None, "--threads", type=int,
+                                   help="OMP_NUM_THREADS per worker [default: cores / workers, "
+                                        "unless set].")
+    # start a failed job again, from scratch, at most this many times
+    max_restarts: int = _flag(0, "--max-restarts", envvar=ev.GLUONDIST_MAX_RESTARTS,
+                              help="Start a failed job again (all of it, fresh ports) up to "
+                                   "this many times; fit(checkpoint_dir=...) resumes from the "
+                                   "last complete epoch.")
+    launcher: str = _flag("local", "--launcher", envvar=ev.GLUONDIST_LAUNCHER,
+                          help="local; ssh to place processes on -H hosts; slurm inside an "
+                               "allocation.")
     # Host(name, slots) for ssh and slurm (from the allocation), or -H's text: a hostfile's
     # path or host1:2,host2:2
-    hosts: Union[Tuple, str] = ()
+    hosts: Union[Tuple, str] = _flag((), "-H", "--hostfile", "--hosts", type=str,
+                                     envvar=ev.GLUONDIST_HOSTS, metavar="HOSTFILE|HOST:SLOTS,...",
+                                     help="A hostfile (lines `host slots=N`) or inline "
+                                          "host1:2,host2:2.")
     hosts_source: str = "the hosts"  # how to name them in messages ("hosts.txt")
     # Hosts of the servers alone (Host(name, servers on it)), or that text as given: by default
     # the servers go round-robin on -H's hosts
-    server_hosts: Union[Tuple, str] = ()
+    server_hosts: Union[Tuple, str] = _flag((), "--server-hosts", type=str,
+                                            envvar=ev.GLUONDIST_SERVER_HOSTS,
+                                            metavar="HOSTFILE|HOST:N,...",
+                                            help="Put the servers on these hosts, N per host "
+                                                 "(default 1), round-robin, instead of on -H's "
+                                                 "hosts (--launcher ssh).")
     server_hosts_source: str = "--server-hosts"
-    interface: Optional[str] = None  # network interface ps-lite binds on each host
-    gpus_per_worker: int = 0  # CUDA_VISIBLE_DEVICES: each worker its own GPUs on its host
-    ssh_config: Optional[str] = None  # passed to ssh as -F
+    interface: Optional[str] = _flag(None, "--interface", type=str,
+                                     help="Network interface ps-lite uses on each host.")
+    gpus_per_worker: int = _flag(0, "--gpus-per-worker",
+                                 help="Give each worker its own GPUs on its host "
+                                      "(CUDA_VISIBLE_DEVICES).")
+    ssh_config: Optional[str] = _flag(None, "--ssh-config", type="file",
+                                      help="An ssh client configuration file (ssh -F).")
     # The scheduler's address as the others reach it (NAT, containers); it then binds 0.0.0.0.
-    scheduler_address: Optional[str] = None
+    scheduler_address: Optional[str] = _flag(None, "--scheduler-address", type=str,
+                                             help="The address the others reach the scheduler "
+                                                  "at, when it differs from its host's (NAT, "
+                                                  "containers); the scheduler then binds "
+                                                  "0.0.0.0.")
     python: str = sys.executable
     # Stop the job when no worker made progress for this many seconds (None: never).
-    stall_timeout: Optional[float] = None
+    stall_timeout: Optional[float] = _flag(None, "--stall-timeout", type="seconds",
+                                           envvar=ev.GLUONDIST_STALL_TIMEOUT, metavar="SECONDS",
+                                           help="Stop the job (exit 124, restartable) when no "
+                                                "worker made progress for this long, and show "
+                                                "every worker's stack [default: off; 300 "
+                                                "recommended].")
 
     def __post_init__(self):
         object.__setattr__(self, "command", tuple(self.command))
@@ -172,3 +232,13 @@ def _check_log_dir(path: str) -> None:
         what = "is not writable" if probe == os.path.abspath(path) else \
             f"cannot be created: {probe!r} is not writable"
         raise LaunchError(f"--log-dir {path!r} {what}")
+
+
+def flags() -> Dict[str, Tuple[Flag, object]]:
+    """Each field with a flag: its Flag and its default (a fresh one for a factory)."""
+    found = {}
+    for f in fields(LaunchOptions):
+        if "flag" in f.metadata:
+            default = f.default_factory() if callable(f.default_factory) else f.default
+            found[f.name] = (f.metadata["flag"], default)
+    return found
