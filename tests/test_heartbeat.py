@@ -9,16 +9,13 @@ BEATS = ("import sys, time; from gluondist import heartbeat\n"
          "time.sleep(float(sys.argv[2]))\n")
 
 
-def test_outside_a_launch_beat_is_a_global_lookup():
+def test_outside_a_launch_beat_starts_nothing():
     from gluondist import heartbeat
-    if heartbeat._fd is not None:  # this test process was itself launched with a channel
+    if heartbeat._REPORTER.fd is not None:  # this test process was itself launched with one
         return
-    start = time.perf_counter()
-    for _ in range(1_000_000):
+    for _ in range(1000):
         heartbeat.beat()
-    per_call = (time.perf_counter() - start) / 1_000_000
-    assert per_call < 2e-6, per_call  # ~0.05 us on an idle core; generous for a loaded one
-    assert heartbeat._thread is None  # no thread started
+    assert heartbeat._REPORTER.thread is None and heartbeat._REPORTER.count == 0
 
 
 def test_under_a_launch_the_total_arrives_on_the_pipe():
