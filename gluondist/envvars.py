@@ -37,6 +37,10 @@ GLUONDIST_ERROR_FILE = "GLUONDIST_ERROR_FILE"
 GLUONDIST_EXIT_GRACE = "GLUONDIST_EXIT_GRACE"
 JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"  # Kubernetes sets it in an Indexed Job's pods
 PYTHONUNBUFFERED = "PYTHONUNBUFFERED"  # workers' output reaches the launcher line by line
+# Slurm's, read by --launcher slurm inside an allocation
+SLURM_JOB_ID = "SLURM_JOB_ID"
+SLURM_JOB_NODELIST = "SLURM_JOB_NODELIST"
+SLURM_TASKS_PER_NODE = "SLURM_TASKS_PER_NODE"
 
 # What `gluondist launch` reads for its options when they are not on the command line (a
 # cluster's environment); GLUONDIST_KVSTORE above doubles as --kvstore's.

@@ -17,11 +17,11 @@ import os
 from dataclasses import dataclass
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
+from .. import envvars as ev
 from .model import DEFAULT_BIGARRAY_BOUND, Layout, calibrate, key_parts, link_bytes, predict
 
 PREFIX = "gluondist-bench "
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
-BIGARRAY_BOUND = "MXNET_KVSTORE_BIGARRAY_BOUND"
 WITHIN = 0.10  # a recommendation is the fewest servers within this of the best step time
 
 
@@ -176,6 +176,7 @@ def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: i
             measured.append(Measured(layout_of(result.plan), found["step_s"][0],
                                      found["step_s"][1] if unchunked else None,
                                      found["tcp_bytes_per_s"]))
-    bound = int({**base_env, **base_options.env}.get(BIGARRAY_BOUND, DEFAULT_BIGARRAY_BOUND))
+    env = {**base_env, **base_options.env}
+    bound = int(env.get(ev.MXNET_KVSTORE_BIGARRAY_BOUND, DEFAULT_BIGARRAY_BOUND))
     table = rows(measured, key_sizes(mbytes, keys), chunk_bytes, bound)
     return table, recommend(table), None

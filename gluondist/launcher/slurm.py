@@ -12,6 +12,7 @@ import signal
 import subprocess
 from typing import Mapping, Tuple
 
+from .. import envvars as ev
 from .hosts import Host, parse_slurm_tasks
 from .errors import LaunchError
 from .plan import ProcessSpec
@@ -20,10 +21,10 @@ from .plan import ProcessSpec
 def allocation_hosts(env: Mapping[str, str]) -> Tuple[Host, ...]:
     """The allocation's nodes with their task counts (slots) and addresses; empty outside
     an allocation."""
-    if not env.get("SLURM_JOB_ID"):
+    if not env.get(ev.SLURM_JOB_ID):
         return ()
-    nodes = _scontrol(["show", "hostnames", env.get("SLURM_JOB_NODELIST", "")]).split()
-    tasks = env.get("SLURM_TASKS_PER_NODE") or ",".join("1" for _ in nodes)
+    nodes = _scontrol(["show", "hostnames", env.get(ev.SLURM_JOB_NODELIST, "")]).split()
+    tasks = env.get(ev.SLURM_TASKS_PER_NODE) or ",".join("1" for _ in nodes)
     addresses = []
     for node in nodes:
         m = re.search(r"\bNodeAddr=(\S+)", _scontrol(["show", "node", "-o", node]))
