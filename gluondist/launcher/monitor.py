@@ -9,7 +9,8 @@ from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional
 
 from .plan import LaunchPlan, ProcessSpec
-from .process import Child, ProcessGroup, describe_exit, exit_status
+from .process import Child, ProcessGroup
+from .proctree import describe_exit, exit_status
 from .stall import STALL_EXIT, StallWatch
 
 

@@ -18,7 +18,7 @@ import sys
 import threading
 
 from gluondist.envvars import JOB_COMPLETION_INDEX as INDEX
-from gluondist.launcher.process import signal_tree
+from gluondist.launcher.proctree import signal_tree
 from gluondist.launcher.roles import role_env, role_of_index, server_argv, worker_argv
 
 STOP_GRACE = 5.0  # seconds between passing SIGTERM on and SIGKILL

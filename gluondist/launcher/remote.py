@@ -37,7 +37,7 @@ from typing import Optional
 
 from .. import __version__
 from .. import envvars as ev
-from .process import STACK_SIGNAL, session_cpu, signal_tree
+from .proctree import STACK_SIGNAL, session_cpu, signal_tree
 
 PROTOCOL = 1
 KILL_AFTER = 5.0  # SIGTERM, then SIGKILL this much later

@@ -1,0 +1,104 @@
+"""A process and its tree as /proc and the kernel see them: signals to a whole session, its
+CPU time, its state, and how an exit status reads. Standard library only: the launcher, the
+ssh remote side, the reaper and the Kubernetes pod entry share it."""
+from __future__ import annotations
+
+import os
+import signal
+from typing import List, Optional
+
+STACK_SIGNAL = signal.SIGUSR1  # what the worker bootstrap dumps its stacks on
+
+
+def process_state(pid: int) -> str:
+    """A process's state as /proc says it ("D (disk sleep)"), or "unknown"."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("State:")), "unknown")
+    except OSError:
+        return "unknown"
+
+
+def killpg_quietly(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_quietly(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _session_stats(sid: int):
+    """``(pid, stat fields after "(comm)")`` of the live processes of session ``sid`` (a child
+    started with start_new_session has sid == its pid), from /proc; None without /proc."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    found = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # state ppid pgrp session ...
+            found.append((int(entry), fields))
+    return found
+
+
+def session_cpu(sid: int) -> Optional[float]:
+    """CPU seconds (user + system) of the live processes of session ``sid``; None where there
+    is no /proc or no such process."""
+    found = _session_stats(sid)
+    if not found:
+        return None
+    return sum(int(f[11]) + int(f[12]) for _, f in found) / _TICK  # utime stime
+
+
+def session_pids(sid: int) -> List[int]:
+    """Live (not zombie) pids of session ``sid``, its process groups included, from /proc."""
+    return [pid for pid, fields in _session_stats(sid) or () if fields[0] != b"Z"]
+
+
+def signal_tree(pid: int, sig: int) -> None:
+    """``sig`` to a child's process group and to every process of its session: a
+    grandchild that made a group of its own (setpgid, a shell's job control) is still
+    reached; only one that started a session of its own leaves."""
+    killpg_quietly(pid, sig)
+    for member in session_pids(pid):
+        kill_quietly(member, sig)
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        name = _signal_name(-returncode)
+        hint = " (often the out-of-memory killer: see `dmesg`)" if -returncode == signal.SIGKILL \
+            else ""
+        return f"killed by {name}{hint}"
+    if 128 < returncode <= 128 + 64:  # a shell's or a remote wrapper's way to say "signal"
+        return f"exit code {returncode} (128+{returncode - 128}: {_signal_name(returncode - 128)})"
+    return f"exit code {returncode}"
+
+
+def exit_status(returncode: int) -> int:
+    """The shell's view: 128+N for death by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
