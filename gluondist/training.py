@@ -205,50 +205,50 @@ def _sources(train_data, val_data, batch_size, workers: int, class_weight):
     return train, val, batch_size, val_batch or batch_size
 
 
-def _start(plan: FitConfig, resume: bool, progress, terminate_on_nan: bool) -> Run:
+def _start(cfg: FitConfig, resume: bool, progress, terminate_on_nan: bool) -> Run:
     """Restore from a checkpoint, join the job's kvstore, make the trainer: ready to train."""
-    net, ctxs, seed = plan.net, plan.ctxs, plan.seed
-    ckpt = _restore(plan, resume)
+    net, ctxs, seed = cfg.net, cfg.ctxs, cfg.seed
+    ckpt = _restore(cfg, resume)
     if ckpt is not None:
         seed = ckpt.state.seed
-    kv = kvs.create(plan.mode, len(ctxs)) if plan.mode is not None else None
-    distributed = plan.mode is not None and plan.mode.distributed
+    kv = kvs.create(cfg.mode, len(ctxs)) if cfg.mode is not None else None
+    distributed = cfg.mode is not None and cfg.mode.distributed
     rank, workers = (kv.rank, kv.num_workers) if distributed else (0, 1)
     if seed is None:
         seed = _job_seed() if distributed else random.SystemRandom().randrange(2 ** 31)
     start = ckpt.epoch + 1 if ckpt is not None else 0
-    trainer = kvs.make_trainer(net.collect_params(), plan.optimizer, plan.opt_params or None,
-                               kv, len(ctxs), plan.batch_size * plan.accumulate)
-    step = kvs.TrainStep(trainer, kv, ctxs, plan.batch_size, plan.clip, plan.accumulate)
+    trainer = kvs.make_trainer(net.collect_params(), cfg.optimizer, cfg.opt_params or None,
+                               kv, len(ctxs), cfg.batch_size * cfg.accumulate)
+    step = kvs.TrainStep(trainer, kv, ctxs, cfg.batch_size, cfg.clip, cfg.accumulate)
     if step.agree:
-        _agree(plan, start)
-    callbacks = _callback_list(plan, progress)
-    sampler = kvs.ShardedBatchSampler(len(plan.train), plan.batch_size, workers, rank, seed=seed,
-                                      last_batch=plan.train.last_batch)
+        _agree(cfg, start)
+    callbacks = _callback_list(cfg, progress)
+    sampler = kvs.ShardedBatchSampler(len(cfg.train), cfg.batch_size, workers, rank, seed=seed,
+                                      last_batch=cfg.train.last_batch)
     run = Run(net=net, trainer=trainer, history=callbacks.first(History), callbacks=callbacks,
-              epochs=plan.epochs, start=start, steps=len(sampler), rank=rank,
-              num_workers=workers, seed=seed, mode=plan.mode, _step=step, _sampler=sampler,
-              _config=plan, _terminate_on_nan=terminate_on_nan)
+              epochs=cfg.epochs, start=start, steps=len(sampler), rank=rank,
+              num_workers=workers, seed=seed, mode=cfg.mode, _step=step, _sampler=sampler,
+              _config=cfg, _terminate_on_nan=terminate_on_nan)
     if ckpt is not None:
         checkpoint.restore_trainer(ckpt, trainer)
         ckpt.state.apply(run, ckpt.callback_arrays)
     return run
 
 
-def _agree(plan: FitConfig, start: int) -> None:
+def _agree(cfg: FitConfig, start: int) -> None:
     """Fail on every worker of a dist_sync job, before any batch, when the workers would run
     different numbers of batches (they would hang in push) or resume different epochs."""
-    differ = differences({"train_data samples": len(plan.train),
-                          "val_data samples": len(plan.val) if plan.val is not None else -1})
+    differ = differences({"train_data samples": len(cfg.train),
+                          "val_data samples": len(cfg.val) if cfg.val is not None else -1})
     if differ:
         raise ValueError(f"the workers hold different data ({differ}); {SHARD_HINT}")
     last = {"keep": 0, "discard": 1}
-    differ = differences({"batch_size": plan.batch_size, "val batch size": plan.val_batch,
-                          "epochs": plan.epochs, "accumulate": plan.accumulate,
-                          "seed (-1: none)": -1 if plan.seed is None else plan.seed,
-                          "last_batch (0: keep, 1: discard)": last[plan.train.last_batch],
+    differ = differences({"batch_size": cfg.batch_size, "val batch size": cfg.val_batch,
+                          "epochs": cfg.epochs, "accumulate": cfg.accumulate,
+                          "seed (-1: none)": -1 if cfg.seed is None else cfg.seed,
+                          "last_batch (0: keep, 1: discard)": last[cfg.train.last_batch],
                           "val last_batch (0: keep, 1: discard)":
-                              last[plan.val.last_batch] if plan.val is not None else -1})
+                              last[cfg.val.last_batch] if cfg.val is not None else -1})
     if differ:
         raise ValueError(f"the workers called fit with different settings ({differ}); every "
                          "worker must make the same fit call")
@@ -257,9 +257,9 @@ def _agree(plan: FitConfig, start: int) -> None:
                            "be one directory that every worker sees (a shared filesystem)")
 
 
-def _restore(plan: FitConfig, resume: bool) -> Optional[checkpoint.Checkpoint]:
+def _restore(cfg: FitConfig, resume: bool) -> Optional[checkpoint.Checkpoint]:
     """Load the newest checkpoint of this run into the net (every worker reads it)."""
-    directory = plan.checkpoint_dir
+    directory = cfg.checkpoint_dir
     if directory is None:
         return None
     if not resume:
@@ -269,20 +269,20 @@ def _restore(plan: FitConfig, resume: bool) -> Optional[checkpoint.Checkpoint]:
     ckpt = checkpoint.load_latest(directory)
     if ckpt is None:
         return None
-    if ckpt.state.signature != checkpoint.signature(plan.net):
+    if ckpt.state.signature != checkpoint.signature(cfg.net):
         raise ValueError(f"checkpoint_dir {directory} holds a checkpoint of a different model "
                          f"({ckpt.path.name}); pass a directory of its own, or resume=False to "
                          "start a fresh run there (the old checkpoints are then never resumed)")
-    checkpoint.restore_net(ckpt, plan.net)
+    checkpoint.restore_net(ckpt, cfg.net)
     return ckpt
 
 
-def _callback_list(plan: FitConfig, progress) -> CallbackList:
+def _callback_list(cfg: FitConfig, progress) -> CallbackList:
     """The user's callbacks with fit's own around them, unless the user passed their kind:
     the bar or log line first, then the user's, the stop agreement (a job's workers agree on
     the user's stop requests), History, the heartbeat, the checkpoint last (so it records what
     every other callback did this epoch)."""
-    mine = [cb for cb in plan.callbacks if not isinstance(cb, Checkpointer)]
+    mine = [cb for cb in cfg.callbacks if not isinstance(cb, Checkpointer)]
     has = lambda kind: any(isinstance(cb, kind) for cb in mine)
     before, after = [], [StopAgreement()]
     if not has(ProgressBar) and not has(EpochLogger):
@@ -292,9 +292,9 @@ def _callback_list(plan: FitConfig, progress) -> CallbackList:
         after.append(History())
     if not has(Heartbeat):
         after.append(Heartbeat())
-    if plan.checkpoint_dir is not None:  # the user's (see _checkpoint_dir), or fit's own
-        after.append(next((cb for cb in plan.callbacks if isinstance(cb, Checkpointer)),
-                          None) or Checkpointer(plan.checkpoint_dir))
+    if cfg.checkpoint_dir is not None:  # the user's (see _checkpoint_dir), or fit's own
+        after.append(next((cb for cb in cfg.callbacks if isinstance(cb, Checkpointer)),
+                          None) or Checkpointer(cfg.checkpoint_dir))
     return CallbackList(before + mine + after)
 
 
