@@ -151,8 +151,8 @@ def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: i
         unchunked: bool = False, base_env: Mapping[str, str] = os.environ):
     """One job per server count, and per layout when ``base_options.server_hosts`` is set (on
     the workers' hosts, then on the server hosts), through ``launch_job(options, show)``
-    (which keeps the logs); returns ``(table, recommended row, failure)``, failure being the failed job's
-    LaunchResult."""
+    (which keeps the logs); returns ``(table, recommended row, failure)``, failure being the
+    failed job's LaunchResult."""
     layouts: List[Tuple[str, object]] = [("colocated", ())]
     if base_options.server_hosts:
         layouts.append(("dedicated", base_options.server_hosts))
