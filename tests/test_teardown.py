@@ -165,3 +165,23 @@ def test_a_handler_that_holds_the_interpreter_is_ended_by_the_alarm(tmp_path):
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == -signal.SIGALRM, proc.stderr
     assert "RuntimeError: failed" in proc.stderr
+
+
+def test_an_interrupt_in_the_wait_does_not_cut_the_work_short():
+    # The signal goes to the main thread itself, so it lands in the wait's system call: on
+    # Python 3.11, Thread.join then marks the thread stopped (bpo-45274) and a second join
+    # returned before the work was done (the teardown's processes were still alive).
+    import threading
+    import time
+
+    from gluondist.launcher.process import to_the_end
+    finished, hurried = [], threading.Event()
+
+    def work():
+        time.sleep(1.0)
+        finished.append(hurried.is_set())
+
+    threading.Timer(0.2, signal.pthread_kill, (threading.get_ident(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        to_the_end(work, hurried)
+    assert finished == [True]  # done, and told to hurry, before the interrupt was raised

@@ -38,6 +38,7 @@ from .transport import Transport
 
 TAIL_LINES = 40
 REAP_WAIT = 5.0  # how long the teardown waits for the processes to die after SIGKILL
+WAIT_TICK = 0.02  # seconds between looks at a start or teardown that must not be cut short
 log = logging.getLogger(__name__)
 
 SIDE = "gluondist-"
@@ -335,21 +336,26 @@ def to_the_end(fn: Callable, hurry: Optional[threading.Event] = None):
     """``fn()``, run in a thread and waited for however many interrupts (KeyboardInterrupt)
     arrive meanwhile: Python raises them in the main thread only, so they cannot cut ``fn``
     short. The first sets ``hurry`` and is raised once ``fn`` is done (after ``fn``'s own
-    error, if it raised)."""
-    box = {}
+    error, if it raised).
+
+    The wait polls a flag in short sleeps, never ``Thread.join``: Python 3.11's join, when an
+    interrupt lands in it while the thread runs, marks the thread stopped (bpo-45274), and
+    every later join returns at once, before ``fn`` is done."""
+    box, done = {}, threading.Event()
 
     def run():
         try:
             box["value"] = fn()
         except BaseException as exc:  # noqa: BLE001 (handed to the caller below)
             box["error"] = exc
+        finally:
+            done.set()
     thread = threading.Thread(target=run, name="gluondist-uninterrupted", daemon=True)
-    thread.start()
     interrupt = None
-    while True:
+    thread.start()
+    while not done.is_set():
         try:
-            thread.join()
-            break
+            time.sleep(WAIT_TICK)
         except BaseException as exc:  # noqa: BLE001 (raised again below)
             interrupt = interrupt or exc
             if hurry is not None:
