@@ -158,9 +158,12 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, chunk_byte
     import json
     import math
     from .bench import format_table, run
-    from .kvstore import CHUNK_BYTES
+    from .trainer import CHUNK_BYTES, MIN_CHUNK_BYTES
     if not math.isfinite(mbytes):
         raise click.BadParameter(f"{mbytes} is not a number of megabytes", param_hint="--mbytes")
+    if chunk_bytes is not None and 0 < chunk_bytes < MIN_CHUNK_BYTES:
+        raise click.BadParameter(f"{chunk_bytes}: give 0 (whole) or at least {MIN_CHUNK_BYTES} "
+                                 "bytes", param_hint="--chunk-bytes")
     options = options_of(("bench",), {**values, "num_workers": num_workers,
                                         "num_servers": servers[0]})
     show = terminal()

@@ -169,9 +169,11 @@ class Job:
         offset = self.next_key
         self.next_key += count
         if self.next_key > MAX_KEY:
-            raise RuntimeError(f"this process has made trainers for {self.next_key} parameters, "
-                               f"more than MXNet's kvstore can key ({MAX_KEY}); train in a new "
-                               "process")
+            raise RuntimeError(f"this process's trainers need {self.next_key} kvstore keys (one "
+                               "per parameter, or per chunk of a big one), more than MXNet's "
+                               f"kvstore can key ({MAX_KEY}); send bigger chunks "
+                               "(GLUONDIST_CHUNK_BYTES), or train in a new process when earlier "
+                               "trainers hold the keys")
         if agree:  # a worker whose trainers differ would push to keys nobody else pulls: hang
             total, squares = self.allreduce([offset, offset * offset])
             if kv.num_workers * squares != total * total:

@@ -41,7 +41,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     next: one big array then takes about as long as the same bytes in many small ones. The
     chunks are views of the gradient, and the result is bit-equal to sending it whole."""
     if chunk_bytes is None:
-        chunk_bytes = int(os.environ.get(envvars.GLUONDIST_CHUNK_BYTES, CHUNK_BYTES))
+        chunk_bytes = chunk_bytes_from_env()
     kv = JOB.create(kvstore, num_contexts) if isinstance(kvstore, str) or kvstore is None \
         else kvstore
     mode = Mode.of(kv)
@@ -85,6 +85,26 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
 # Each chunk is below MXNet's big-array bound, so it goes whole to one server, and consecutive
 # keys alternate between servers ((key * SERVER_HASH) % servers).
 CHUNK_BYTES = 1 << 20
+
+
+MIN_CHUNK_BYTES = 1024  # below this the keys, not the bytes, would cost the time
+
+
+def chunk_bytes_from_env() -> int:
+    """``GLUONDIST_CHUNK_BYTES`` (else CHUNK_BYTES), checked: 0, or a whole number of bytes of
+    at least MIN_CHUNK_BYTES."""
+    text = os.environ.get(envvars.GLUONDIST_CHUNK_BYTES)
+    if text is None:
+        return CHUNK_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value != 0 and value < MIN_CHUNK_BYTES:
+        raise ValueError(f"{envvars.GLUONDIST_CHUNK_BYTES}={text!r}: give a whole number of "
+                         f"bytes, at least {MIN_CHUNK_BYTES} (such as 1048576), or 0 to send "
+                         "every array whole")
+    return value
 
 
 def chunk_bounds(size: int, itemsize: int, chunk_bytes: int) -> List[Tuple[int, int]]:
@@ -167,9 +187,8 @@ class _KeyedStore(mx.kv.KVStoreBase):
     def pushpull(self, key, value, out=None, priority=0):
         """What ``Trainer`` calls every step. MXNet's engine orders operations per array, and
         a view is its array: the pull into one chunk would wait for the push of every chunk.
-        So a chunk of a single device's gradient travels through a staging array of its own
-        (made once; a memory copy each way), which lets chunk k's pull overlap chunk k+1's
-        push. Several devices need none: MXNet sums them into a buffer per key anyway."""
+        So each device's part of a chunk travels through a staging array of its own (made
+        once; a memory copy each way), which lets chunk k's pull overlap chunk k+1's push."""
         keys, values = self._split(key, value)
         outs = values if out is None else self._split(key, out)[1]
         if not isinstance(keys, list):
@@ -177,22 +196,24 @@ class _KeyedStore(mx.kv.KVStoreBase):
                                      priority=priority)
         sent, received, back = [], [], []
         for k, v, o in zip(keys, values, outs):
-            one = v[0] if isinstance(v, (list, tuple)) and len(v) == 1 else v
-            if k not in self._staged or isinstance(one, (list, tuple)):
+            if k not in self._staged:
                 sent.append(v)
                 received.append(o)
                 continue
-            buf = self._buffers.get(k)
-            if buf is None:
-                buf = self._buffers[k] = mx.nd.empty(one.shape, one.context, one.dtype)
-            one.copyto(buf)
-            sent.append(buf)
-            received.append(buf)
-            back.append((buf, o))
+            parts = list(v) if isinstance(v, (list, tuple)) else [v]
+            bufs = self._buffers.get(k)
+            if bufs is None:
+                bufs = self._buffers[k] = [mx.nd.empty(p.shape, p.context, p.dtype)
+                                           for p in parts]
+            for part, buf in zip(parts, bufs):
+                part.copyto(buf)
+            staged = bufs if isinstance(v, (list, tuple)) else bufs[0]
+            sent.append(staged)
+            received.append(staged)
+            back += zip(bufs, o if isinstance(o, (list, tuple)) else [o])
         self._kv.pushpull(keys, sent, out=received, priority=priority)
-        for buf, o in back:
-            for target in (o if isinstance(o, (list, tuple)) else [o]):
-                buf.copyto(target)
+        for buf, target in back:
+            buf.copyto(target)
 
     def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
         keys, outs = self._split(key, out)  # sparse parameters are never chunked

@@ -4,6 +4,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
+import gluondist
 from gluondist.kvstore import CHUNK_BYTES, _KeyedStore, chunk_bounds, parameter_chunks
 
 from conftest import SCRIPTS
@@ -58,6 +59,29 @@ def test_one_devices_chunks_travel_through_staging_arrays_and_land_in_place():
     out = mx.nd.zeros((4, 5))
     store.pushpull(0, [grad * 2], out=[out])
     assert np.array_equal(out.asnumpy(), np.arange(20).reshape((4, 5)) * 2)
+
+
+def test_several_devices_chunks_are_staged_per_device():
+    # a view counts as its whole array for MXNet's engine, on every device: each device's part
+    # of a chunk gets a staging array, so chunk k's pull need not wait for chunk k+1's push
+    store = _KeyedStore(mx.kv.create("local"), 0, [chunk_bounds(20, 4, 24)])
+    store.init(0, mx.nd.zeros((4, 5)))
+    grads = [mx.nd.arange(20).reshape((4, 5)) * (d + 1) for d in range(2)]
+    store.pushpull(0, grads)
+    for g in grads:
+        assert np.array_equal(g.asnumpy(), np.arange(20).reshape((4, 5)) * 3)
+    assert sorted(store._buffers) == [0, 1, 2, 3]
+    assert all(len(bufs) == 2 for bufs in store._buffers.values())
+
+
+@pytest.mark.parametrize("text", ["1MB", "1e6", "", "-5", "4"])
+def test_a_chunk_size_that_is_not_bytes_is_one_line(monkeypatch, text):
+    monkeypatch.setenv("GLUONDIST_CHUNK_BYTES", text)
+    net = mx.gluon.nn.Dense(2, in_units=3)
+    net.initialize()
+    with pytest.raises(ValueError, match=r"GLUONDIST_CHUNK_BYTES=.*: give a whole number of "
+                                         r"bytes, at least 1024 .* or 0 to send every array"):
+        gluondist.fit(net, (np.ones((8, 3), "f"), np.zeros(8, "f")), progress=False)
 
 
 def test_chunks_are_views_of_the_gradient():
