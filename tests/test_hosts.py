@@ -143,17 +143,32 @@ def test_the_plan_puts_servers_on_the_server_hosts_and_the_scheduler_on_the_firs
     (["--launcher", "ssh", "-H", "a:1,b:1", "--server-hosts", "s:1,s:2"],
      "--server-hosts 's:1,s:2' names host 's' twice"),
     (["--launcher", "ssh", "-H", "a:1,b:1", "--server-hosts", "s:0"],
-     "--server-hosts 's:0': write HOST:SLOTS"),
+     "--server-hosts 's:0': write HOST:N,HOST:N (N >= 1; HOST alone means 1)"),
+    (["--launcher", "ssh", "-H", "a:1,b:1", "--server-hosts", "s:"],
+     "--server-hosts 's:': write HOST:N"),
     (["--launcher", "ssh", "-H", "a:1,b:1", "-s", "3", "--server-hosts", "s:2"],
      "-s 3 exceeds the 2 server slots in --server-hosts s:2"),
-    (["--launcher", "ssh", "-H", "a:1,b:1", "--server-hosts", "missing-file"],
-     "--server-hosts 'missing-file': No such file or directory; give a hostfile or HOST:N"),
+    (["--launcher", "ssh", "-H", "a:1,b:1", "--server-hosts", "./missing-file"],
+     "--server-hosts './missing-file': No such file or directory; give a hostfile or HOST:N"),
 ])
 def test_bad_server_hosts_are_one_line_and_exit_2(args, message, tmp_path):
     from conftest import run_cli
     out = run_cli("launch", "-n", 2, *args, "--dry-run", "--", "true")
     assert out.returncode == 2 and message in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_single_host_needs_no_count_and_a_hostfile_line_no_colon(tmp_path):
+    from conftest import run_cli
+    out = run_cli("launch", "-n", 2, "-s", 1, "--launcher", "ssh", "-H", "a:2",
+                  "--server-hosts", "s", "--dry-run", "--", "true")
+    assert out.returncode == 0 and "server 0 on s:" in out.stdout, out.stderr
+    hostfile = tmp_path / "servers.txt"
+    hostfile.write_text("s:2\n")
+    out = run_cli("launch", "-n", 2, "--launcher", "ssh", "-H", "a:2", "--server-hosts",
+                  hostfile, "--dry-run", "--", "true")
+    assert out.returncode == 2 and "line 1: 's:2': a hostfile line is `HOST slots=N`" in \
+        out.stderr, out.stderr
 
 
 def test_dry_run_shows_the_servers_on_their_hosts(tmp_path):

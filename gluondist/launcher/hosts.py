@@ -29,6 +29,9 @@ def parse_hostfile(text: str, source: str = "hostfile") -> Tuple[Host, ...]:
         if not line:
             continue
         m = _LINE.match(line)
+        if m and ":" in m.group("host"):
+            raise LaunchError(f"{source} line {number}: {raw.strip()!r}: a hostfile line is "
+                              "`HOST slots=N` (HOST:N is the inline form)")
         if not m or (m.group("slots") is not None and int(m.group("slots")) < 1):
             raise LaunchError(f"{source} line {number}: {raw.strip()!r} is not `HOST slots=N` "
                               "with N >= 1")
@@ -41,10 +44,12 @@ def parse_hostfile(text: str, source: str = "hostfile") -> Tuple[Host, ...]:
 def parse_inline(text: str, flag: str = "-H") -> Tuple[Host, ...]:
     """``host1:2,host2:2`` (slots default 1)."""
     hosts = []
+    count = "N" if flag == "--server-hosts" else "SLOTS"
     for part in text.split(","):
-        name, _, slots = part.strip().partition(":")
-        if not name or (slots and (not slots.isdigit() or int(slots) < 1)):
-            raise LaunchError(f"{flag} {text!r}: write HOST:SLOTS,HOST:SLOTS (slots >= 1)")
+        name, colon, slots = part.strip().partition(":")
+        if not name or (colon and (not slots.isdigit() or int(slots) < 1)):
+            raise LaunchError(f"{flag} {text!r}: write HOST:{count},HOST:{count} ({count} >= 1; "
+                              f"HOST alone means 1)")
         hosts.append(Host(name, int(slots or 1)))
     return _no_repeats(hosts, f"{flag} {text!r}")
 

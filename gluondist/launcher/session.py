@@ -65,9 +65,9 @@ def _dropping(exc: Exception) -> None:
 
 
 def read_hosts(arg: str, flag: str = "-H"):
-    """``-H`` (or ``flag``): a hostfile or ``host1:2,host2:2``; returns (hosts, how to name
-    them)."""
-    if ":" in arg or "," in arg:
+    """``-H`` (or ``flag``): a hostfile or ``host1:2,host2:2`` (a single ``host`` too, when
+    no such file exists and it has no ``/``); returns (hosts, how to name them)."""
+    if ":" in arg or "," in arg or ("/" not in arg and arg and not os.path.exists(arg)):
         return parse_inline(arg, flag), f"{flag} {arg}"
     try:
         with open(arg) as f:
