@@ -127,3 +127,16 @@ def test_bad_bench_input_is_one_line_and_exit_2(args, message):
     out = run_cli("bench", "kvstore", *args)
     assert out.returncode == 2 and message in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("server_hosts, servers, message", [
+    ("s,s", "1", "--server-hosts 's,s' names host 's' twice"),
+    ("s:2", "1,3", "-s 3 exceeds the 2 server slots in --server-hosts s:2")])
+def test_every_layouts_options_are_checked_before_the_first_job(server_hosts, servers,
+                                                                message):
+    # hosts a and b do not exist: a first (colocated) job would fail on them instead
+    from conftest import run_cli
+    out = run_cli("bench", "kvstore", "--launcher", "ssh", "-H", "a:1,b:1", "--server-hosts",
+                  server_hosts, "--servers", servers)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert "push and pull" not in out.stderr  # no job was started

@@ -146,6 +146,17 @@ def layout_of(plan) -> Layout:
                   tuple(s.host for s in plan.of_role("server")))
 
 
+def _check_all(jobs, base_env: Mapping[str, str]) -> None:
+    """Every job's options, and over ssh every host, checked before the first job runs: a
+    mistake in the last layout must not cost the rows before it."""
+    from ..launcher.session import resolve
+    resolved = [resolve(options, base_env) for options in jobs]
+    if resolved and resolved[0].launcher == "ssh":
+        from ..launcher.ssh import preflight
+        names = list(dict.fromkeys(h.name for r in resolved for h in r.all_hosts))
+        preflight(names, resolved[0].python, resolved[0].ssh_config)
+
+
 def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: int,
         launch_job: Callable, show: Callable[[str, bool], None], chunk_bytes: int,
         unchunked: bool = False, base_env: Mapping[str, str] = os.environ):
@@ -157,25 +168,25 @@ def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: i
     if base_options.server_hosts:
         layouts.append(("dedicated", base_options.server_hosts))
     chunks = [str(chunk_bytes)] + (["0"] if unchunked else [])
+    jobs = [dataclasses.replace(base_options, num_servers=count, server_hosts=server_hosts,
+                                command=(WORKER, str(mbytes), str(keys), str(steps), *chunks))
+            for _, server_hosts in layouts for count in servers]
+    _check_all(jobs, base_env)
     measured = []
-    for name, server_hosts in layouts:
-        for count in servers:
-            options = dataclasses.replace(
-                base_options, num_servers=count, server_hosts=server_hosts,
-                command=(WORKER, str(mbytes), str(keys), str(steps), *chunks))
-            where = " on the server hosts" if server_hosts else ""
-            show(f"-s {count}{where}: {options.num_workers} worker(s) push and pull {mbytes:g} "
-                 f"MB in {keys} key(s), {steps} steps", True)
-            # the launcher's notes and reports are shown; the processes' own lines are not
-            result = launch_job(options, lambda text, note: show(text, True) if note else None)
-            if result.exit_code != 0:
-                return None, None, result
-            found = parse(result.logs.get("worker 0", []))
-            if found is None:
-                raise RuntimeError("worker 0 printed no result line")
-            measured.append(Measured(layout_of(result.plan), found["step_s"][0],
-                                     found["step_s"][1] if unchunked else None,
-                                     found["tcp_bytes_per_s"]))
+    for options in jobs:
+        where = " on the server hosts" if options.server_hosts else ""
+        show(f"-s {options.num_servers}{where}: {options.num_workers} worker(s) push and pull "
+             f"{mbytes:g} MB in {keys} key(s), {steps} steps", True)
+        # the launcher's notes and reports are shown; the processes' own lines are not
+        result = launch_job(options, lambda text, note: show(text, True) if note else None)
+        if result.exit_code != 0:
+            return None, None, result
+        found = parse(result.logs.get("worker 0", []))
+        if found is None:
+            raise RuntimeError("worker 0 printed no result line")
+        measured.append(Measured(layout_of(result.plan), found["step_s"][0],
+                                 found["step_s"][1] if unchunked else None,
+                                 found["tcp_bytes_per_s"]))
     env = {**base_env, **base_options.env}
     bound = int(env.get(ev.MXNET_KVSTORE_BIGARRAY_BOUND, DEFAULT_BIGARRAY_BOUND))
     table = rows(measured, key_sizes(mbytes, keys), chunk_bytes, bound)
