@@ -110,6 +110,9 @@ def _supervised(run):
     except Stopped as exc:
         what = f"left {', '.join(exc.left)} behind" if exc.left else \
             "stopped every process of the job"
+        if exc.remote_silence:
+            what += (f" (a host the launcher cannot reach ends its own {exc.remote_silence:g}s "
+                     "after the launcher's last word)")
         _say(f"terminated ({signal.Signals(exc.signum).name}): {what}")
         sys.exit(128 + exc.signum)
 

@@ -181,3 +181,20 @@ def test_dry_run_shows_the_servers_on_their_hosts(tmp_path):
     placed = [line.split(":")[0] for line in out.stdout.splitlines() if " on " in line]
     assert placed == ["scheduler on a", "server 0 on s", "server 1 on s", "worker 0 on b",
                       "worker 1 on a"]
+
+
+def test_a_lost_hosts_roles_are_named_once_and_the_report_says_what_lost_can_mean():
+    from gluondist.launcher.monitor import LOST_EXIT, Failure, LaunchResult
+    from gluondist.launcher.plan import LaunchPlan, ProcessSpec
+    from gluondist.launcher.report import final_lines
+    specs = tuple(ProcessSpec(role, rank, host, ("x",), {}) for role, rank, host in (
+        ("scheduler", 0, "a"), ("server", 0, "a"), ("worker", 0, "b"), ("worker", 1, "a")))
+    lost = Failure("worker 1", "lost the connection to host a", host="a", lost=True)
+    result = LaunchResult(LOST_EXIT, lost, stopped=["scheduler", "worker 0"],
+                          plan=LaunchPlan(9000, specs))
+    lines = final_lines(result)
+    assert lines[0] == ("gluondist: lost the connection to host a, where scheduler, server 0, "
+                        "worker 1 ran")
+    assert "the remote side was killed there (the OOM killer, kill -9)" in lines[1]
+    assert "gluondist: stopped worker 0" in lines  # not the scheduler: it was on host a
+    assert lines[-1] == "gluondist: exit code 75 (lost a host)"

@@ -9,10 +9,13 @@ class Stopped(Exception):
     """The job was stopped on request (a signal the CLI turned into a :class:`StopRequest`);
     raised once every process is down."""
 
-    def __init__(self, signum: int, left=()):
+    def __init__(self, signum: int, left=(), remote_silence: float = 0.0):
         super().__init__(f"stopped by signal {signum}")
         self.signum = signum
         self.left = list(left)  # processes that did not die (see ProcessGroup.unreaped)
+        # over ssh: a host the launcher could not reach ends its processes itself this long
+        # after the launcher's last word
+        self.remote_silence = remote_silence
 
 
 class StopRequest:

@@ -8,6 +8,9 @@ from .stall import STALL_EXIT
 
 P = "gluondist: "
 INDENT = "    "
+LOST_HINT = ("ssh gave up on that session without the remote side's exit report: the host or "
+             "its link is down, the launcher's own network is cut, or the remote side was "
+             "killed there (the OOM killer, kill -9)")
 
 
 def _where(f: Failure, result: LaunchResult) -> str:
@@ -22,7 +25,7 @@ def failure_lines(result: LaunchResult, lead: str = "") -> List[str]:
     if f is None:
         return []
     if f.lost:
-        lines = [f"{P}{lead}{f.reason}, where {_roles_on(f.host, result)} ran"]
+        lines = [f"{P}{lead}{f.reason}, where {_roles_on(f.host, result)} ran", P + LOST_HINT]
     elif f.label == "job":
         lines = [f"{P}{lead}{f.reason}"]
     else:
@@ -39,8 +42,11 @@ def failure_lines(result: LaunchResult, lead: str = "") -> List[str]:
     for other in result.others:
         last = other.traceback[-1] if other.traceback else other.reason
         lines.append(f"{P}then {other.label}{_where(other, result)} failed: {last}")
-    if result.stopped:
-        lines.append(f"{P}stopped {', '.join(result.stopped)}")
+    lost_here = {s.label for s in result.plan.specs if s.host == f.host} \
+        if f.lost and result.plan else set()  # named above: the launcher could not stop them
+    stopped = [label for label in result.stopped if label not in lost_here]
+    if stopped:
+        lines.append(f"{P}stopped {', '.join(stopped)}")
     return lines
 
 

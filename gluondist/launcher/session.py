@@ -223,7 +223,8 @@ def _attempt(options, plan, on_line, transport, restarts, show, stop) -> LaunchR
         if (result is None or result.signal) and stopped:  # an interrupt: what it took down
             show(f"gluondist: stopped {', '.join(s.label for s in stopped)}", True)
     if result.signal:
-        raise Stopped(result.signal, [label for label, _, _ in group.unreaped])
+        raise Stopped(result.signal, [label for label, _, _ in group.unreaped],
+                      getattr(transport, "silence", 0.0))
     return rank_failures(result, group, [s.label for s in stopped],
                          [label for label, _, _ in group.unreaped])
 
