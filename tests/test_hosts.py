@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from gluondist.launcher.hosts import (Host, Placement, gpu_list, parse_hostfile, parse_inline,
@@ -198,3 +200,19 @@ def test_a_lost_hosts_roles_are_named_once_and_the_report_says_what_lost_can_mea
     assert "the remote side was killed there (the OOM killer, kill -9)" in lines[1]
     assert "gluondist: stopped worker 0" in lines  # not the scheduler: it was on host a
     assert lines[-1] == "gluondist: exit code 75 (lost a host)"
+
+
+@pytest.mark.parametrize("value, message", [
+    (3, "server_hosts must be 'HOST[:N],...', a hostfile's path, or a list of such hosts, "
+        "not 3"),
+    ([("s", 1)], "server_hosts must be 'HOST[:N],...'"),
+    ((Host("s"), Host("s")), "server_hosts names host 's' twice"),
+    ((Host("s", -1),), "server_hosts: host 's' has -1 slots; give 1 or more")])
+def test_server_hosts_of_the_wrong_kind_are_one_line(value, message):
+    with pytest.raises(LaunchError, match=re.escape(message)):
+        LaunchOptions(("true",), server_hosts=value)
+
+
+def test_server_hosts_as_a_list_or_a_dict_read_as_the_text():
+    assert LaunchOptions(("true",), server_hosts=["s", "t:2"]).server_hosts == "s,t:2"
+    assert LaunchOptions(("true",), server_hosts={"s": 2}).server_hosts == "s:2"

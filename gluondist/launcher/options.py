@@ -10,7 +10,7 @@ from typing import Dict, Optional, Tuple, Union
 from .. import envvars as ev
 from ..kinds import DIST_KINDS
 from .errors import LaunchError  # noqa: F401  (its old home; gluondist.launcher.errors now)
-from .hosts import place
+from .hosts import Host, place
 
 LAUNCHERS = ("local", "ssh", "slurm")
 
@@ -111,8 +111,7 @@ class LaunchOptions:
         object.__setattr__(self, "command", tuple(self.command))
         object.__setattr__(self, "env", dict(self.env))
         for name in ("hosts", "server_hosts"):  # a str (as given) is read by session.resolve
-            if not isinstance(getattr(self, name), str):
-                object.__setattr__(self, name, tuple(getattr(self, name)))
+            object.__setattr__(self, name, _hosts_value(name, getattr(self, name)))
 
     @property
     def num_processes(self) -> int:
@@ -209,6 +208,33 @@ class LaunchOptions:
                               "needs --launcher ssh (and -H for the workers)")
         if self.hosts:
             self.placement()
+
+
+def _hosts_value(name: str, value) -> Union[Tuple, str]:
+    """``hosts``/``server_hosts`` as given: text (read later), Host objects, a list of
+    ``HOST[:N]`` strings or a dict HOST -> N (both made into that text)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return ",".join(f"{host}:{count}" for host, count in value.items())
+    try:
+        items = tuple(value)
+    except TypeError:
+        items = None
+    if items is not None and items and all(isinstance(i, str) for i in items):
+        return ",".join(items)
+    if items is None or not all(isinstance(i, Host) for i in items):
+        raise LaunchError(f"{name} must be 'HOST[:N],...', a hostfile's path, or a list of "
+                          f"such hosts, not {value!r}")
+    bad = [h for h in items if not _whole(h.slots) or h.slots < 1]
+    if bad:
+        raise LaunchError(f"{name}: host {bad[0].name!r} has {bad[0].slots!r} slots; give 1 or "
+                          "more")
+    names = [h.name for h in items]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        raise LaunchError(f"{name} names host {twice!r} twice; give its slots once")
+    return items
 
 
 def _whole(value) -> bool:
