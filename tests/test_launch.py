@@ -153,9 +153,9 @@ def test_sigkill_to_the_launcher_still_ends_its_children(launch, tmp_path):
 
 
 def test_a_worker_that_never_joins_times_the_start_out(launch):
-    job = launch("-n", 2, "-s", 1, "--start-timeout", 20, JOB, "nojoin", 1)
+    job = launch("-n", 2, "-s", 1, "--start-timeout", 12, JOB, "nojoin", 1)
     assert job.wait() == 1
-    assert "the job did not form within 20s: worker 1 did not join" in job.err
+    assert "the job did not form within 12s: worker 1 did not join" in job.err
     assert job.leftovers() == []
 
 
