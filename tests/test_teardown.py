@@ -78,7 +78,7 @@ NOTEBOOK = textwrap.dedent("""
     import gluondist
     try:
         gluondist.launch(sys.argv[1], "stubborn", "all", num_workers=2, num_servers=1,
-                         env={sys.argv[2]: sys.argv[3]}, echo=False)
+                         env={sys.argv[2]: sys.argv[3]})
     except KeyboardInterrupt:
         open("raised", "w").close()
         time.sleep(600)  # a notebook's kernel lives on after the cell
@@ -104,6 +104,9 @@ def test_a_second_ctrl_c_during_launchs_teardown_leaks_nothing(tmp_path):
         kernel.wait()
         stray = kill_tagged(tag)
     assert alive == [] and stray == []
+    # and it still says what it stopped (the second interrupt used to skip that line)
+    assert "gluondist: stopped scheduler, server 0, worker 0, worker 1" in \
+        kernel.stderr.read().decode()
 
 
 def test_a_process_that_cannot_die_is_named_and_the_launcher_still_exits(launch, tmp_path):

@@ -203,6 +203,7 @@ class ProcessGroup:
         self._logs = []
         self._errors_dir: Optional[str] = None
         self.unreaped: List[Tuple[str, int, str]] = []  # alive after SIGKILL: label, pid, state
+        self.stopped: List[ProcessSpec] = []  # what close() had to stop
 
     def start(self) -> None:
         """Start the reaper and every process. An interrupt meanwhile (a KeyboardInterrupt)
@@ -275,6 +276,7 @@ class ProcessGroup:
 
     def _close(self, timeout: float, hurry: threading.Event) -> List[ProcessSpec]:
         stopped = [c.spec for c in self.running()]
+        self.stopped += stopped  # known even when close() raises an interrupt
         for child in self.running():
             signal_tree(child.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout

@@ -216,12 +216,16 @@ def _attempt(options, plan, on_line, transport, restarts, show, stop) -> LaunchR
         group.start()
         result = watch(plan, group, joins, options.start_timeout, options.stall_timeout, stop)
     finally:
-        stopped = group.close()
-        for label, pid, state in group.unreaped:
-            show(f"gluondist: {label} (pid {pid}) did not die after SIGKILL, in state {state} "
-                 "(D: uninterruptible sleep, often a hung file system); left behind", True)
-        if (result is None or result.signal) and stopped:  # an interrupt: what it took down
-            show(f"gluondist: stopped {', '.join(s.label for s in stopped)}", True)
+        try:
+            group.close()  # raises a second Ctrl-C once every process is down
+        finally:
+            stopped = group.stopped
+            for label, pid, state in group.unreaped:
+                show(f"gluondist: {label} (pid {pid}) did not die after SIGKILL, in state "
+                     f"{state} (D: uninterruptible sleep, often a hung file system); left "
+                     "behind", True)
+            if (result is None or result.signal) and stopped:  # an interrupt: what it stopped
+                show(f"gluondist: stopped {', '.join(s.label for s in stopped)}", True)
     if result.signal:
         raise Stopped(result.signal, [label for label, _, _ in group.unreaped],
                       getattr(transport, "silence", 0.0))
