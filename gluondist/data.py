@@ -132,6 +132,16 @@ def _borrow(loader, batch_sampler):
         yield from batches
 
 
+def check_not_all_dropped(src: Source, batch_size: int, workers: int, name: str) -> None:
+    """A DataLoader that drops its last, partial batch (``last_batch='discard'``) and whose
+    global batch exceeds its data would leave nothing: every figure would be NaN."""
+    if src.last_batch == "discard" and batch_size * workers > len(src):
+        raise ValueError(f"{name}: its DataLoader drops a last, partial batch "
+                         f"(last_batch='discard') and its batch of {batch_size} x {workers} "
+                         f"worker(s) exceeds its {len(src)} samples, so nothing would be "
+                         "evaluated; lower the batch size or use last_batch='keep'")
+
+
 def check_count(value, name: str, least: int) -> None:
     """Raise ValueError unless ``value`` is an integer (not a bool) of at least ``least``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:

@@ -7,7 +7,7 @@ from typing import Dict, Tuple, Union
 import numpy as np
 
 from . import kvstore as kvs, parallel
-from .data import check_count, source
+from .data import check_count, check_not_all_dropped, source
 from .metrics import last_line
 from .objective import (Objective, Tally, check_batch, check_float32, forward, named_inputs,
                         outputs_of, shapes_of)
@@ -61,7 +61,9 @@ def evaluate(net, data, loss=None, metrics="auto", batch_size=None, ctx=None,
     objective = check_batch(net, None, src, "data", ctxs[0], batch_size, loss, loss_weights,
                             metrics)
     mode = kvs.resolve_mode("auto", len(ctxs))
-    if mode is not None and mode.needs_agreement:
+    agree = mode is not None and mode.needs_agreement
+    check_not_all_dropped(src, batch_size, kvs.num_workers() if agree else 1, "data")
+    if agree:
         kv = kvs.create(mode, len(ctxs))
         differ = differences({"data samples": len(src), "batch_size": batch_size})
         if differ:

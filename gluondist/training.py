@@ -20,7 +20,7 @@ from ._mx import mx
 from .arguments import check_callbacks, check_optimizer, checkpoint_dir_of, seed_all
 from .callbacks import (Callback, CallbackList, Checkpointer, EpochLogger, Heartbeat,
                         History, ProgressBar, StopAgreement)
-from .data import check_count, source
+from .data import check_count, check_not_all_dropped, source
 from .evaluation import SHARD_HINT, differences, run_pass
 from .kinds import Mode
 from .objective import Tally, check_batch, check_float32
@@ -202,6 +202,8 @@ def _sources(train_data, val_data, batch_size, workers: int, class_weight):
     if batch_size * workers > len(train):
         raise ValueError(f"batch_size {batch_size} x {workers} worker(s) exceeds the "
                          f"{len(train)} training samples; lower batch_size")
+    if val is not None:
+        check_not_all_dropped(val, val_batch or batch_size, workers, "val_data")
     return train, val, batch_size, val_batch or batch_size
 
 

@@ -411,3 +411,16 @@ def test_checkpoint_dir_that_is_a_file_says_so(small, tmp_path):
     (tmp_path / "f").write_text("")
     with pytest.raises(ValueError, match="checkpoint_dir .*f is a file, not a directory"):
         fit_mlp(small[0], checkpoint_dir=tmp_path / "f")
+
+
+def test_a_val_loader_that_would_drop_every_sample_is_refused(small):
+    X, y = small[1]
+    loader = gdata.DataLoader(gdata.ArrayDataset(X[:100], y[:100]), batch_size=128,
+                              last_batch="discard")
+    message = (r"its DataLoader drops a last, partial batch \(last_batch='discard'\) and its "
+               r"batch of 128 x 1 worker\(s\) exceeds its 100 samples")
+    with pytest.raises(ValueError, match="val_data: " + message):
+        fit_mlp(small[0], val_data=loader)
+    net, _ = fit_mlp(small[0])
+    with pytest.raises(ValueError, match="data: " + message):
+        gluondist.evaluate(net, loader)
