@@ -13,8 +13,8 @@ from .objective import (Objective, Tally, check_batch, check_float32, forward, n
                         outputs_of, shapes_of)
 
 SHARD_HINT = ("pass the whole dataset on every worker: fit and evaluate give each worker its "
-              "share of every batch (data sharded by hand, such as X[rank::N], gives the "
-              "workers different batch counts, and dist_sync would hang)")
+              "share of every batch (data sharded by hand, such as X[rank::N], trains on a "
+              "part of it, and with different batch counts dist_sync would hang)")
 
 
 def differences(fields: Dict[str, float]) -> str:

@@ -8,6 +8,7 @@ import os
 import random
 import sys
 import time
+import zlib
 from collections.abc import Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -242,6 +243,8 @@ def _agree(cfg: FitConfig, start: int) -> None:
     different numbers of batches (they would hang in push) or resume different epochs."""
     differ = differences({"train_data samples": len(cfg.train),
                           "val_data samples": len(cfg.val) if cfg.val is not None else -1})
+    # equal counts, other rows: shards of equal size (one allreduce more, before any batch)
+    differ = differ or differences({"train_data rows (a checksum)": cfg.train.fingerprint()})
     if differ:
         raise ValueError(f"the workers hold different data ({differ}); {SHARD_HINT}")
     last = {"keep": 0, "discard": 1}
@@ -250,13 +253,32 @@ def _agree(cfg: FitConfig, start: int) -> None:
                           "seed (-1: none)": -1 if cfg.seed is None else cfg.seed,
                           "last_batch (0: keep, 1: discard)": last[cfg.train.last_batch],
                           "val last_batch (0: keep, 1: discard)":
-                              last[cfg.val.last_batch] if cfg.val is not None else -1})
+                              last[cfg.val.last_batch] if cfg.val is not None else -1,
+                          "optimizer and its settings (a checksum)": _settings_digest(cfg)})
     if differ:
         raise ValueError(f"the workers called fit with different settings ({differ}); every "
                          "worker must make the same fit call")
     if differences({"resumed epoch": start}):
         raise RuntimeError("workers found different checkpoints in checkpoint_dir: it must "
                            "be one directory that every worker sees (a shared filesystem)")
+
+
+def _settings_digest(cfg: FitConfig) -> int:
+    """A checksum of the optimizer, its settings and clip_global_norm (24 bits, exact in
+    any float): workers whose optimizers differ would train apart without a word."""
+    def plain(value, depth=0):
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, dict) and depth < 2:
+            return sorted((str(k), plain(v, depth + 1)) for k, v in value.items())
+        if isinstance(value, (list, tuple)) and depth < 2:
+            return [plain(v, depth + 1) for v in value]
+        if depth < 1 and hasattr(value, "__dict__"):  # an optimizer, an lr_scheduler
+            return [type(value).__name__, plain({k: v for k, v in vars(value).items()
+                                                 if not k.startswith("_")}, depth + 1)]
+        return type(value).__name__  # what differs across processes (addresses) stays out
+    text = repr([plain(cfg.optimizer), plain(cfg.opt_params), cfg.clip])
+    return zlib.crc32(text.encode()) % (1 << 24)
 
 
 def _restore(cfg: FitConfig, resume: bool) -> Optional[checkpoint.Checkpoint]:

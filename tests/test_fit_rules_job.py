@@ -33,6 +33,11 @@ def test_shards_of_different_lengths_fail_quickly_on_every_worker(launch, tmp_pa
         assert (tmp_path / f"{rank}.seed").read_text().startswith(
             "the workers called fit with different settings (seed (-1: none): worker 0 0, "
             "worker 1 1)")
+        assert (tmp_path / f"{rank}.lr").read_text().startswith(
+            "the workers called fit with different settings (optimizer and its settings (a "
+            "checksum): worker 0 ")
+        assert (tmp_path / f"{rank}.evenshard").read_text().startswith(
+            "the workers hold different data (train_data rows (a checksum): worker 0 ")
     assert job.leftovers() == []
 
 

@@ -1,10 +1,12 @@
 """fit's rules in a job: `fit_rules_job.py OUT_DIR MODE`.
 
 MODE `shard`: each worker passes its own shard, X[rank::2] of 257 samples (129 against 128),
-as the classic recipe does. evaluate, then fit with epochs and then seeds differing by rank, then fit on the
-shards must each be refused on every worker before any batch: each worker writes the message
-to <rank>.evaluate, <rank>.epochs, <rank>.seed and <rank>.error, meeting the others at a barrier after each
-(so every file exists before any worker exits), and re-raises the last.
+as the classic recipe does. evaluate, then fit with epochs, seeds or learning rates differing
+by rank, then fit on shards of equal size (128 each), then fit on the shards must each be
+refused on every worker before any batch: each worker writes the message to <rank>.evaluate,
+<rank>.epochs, <rank>.seed, <rank>.lr, <rank>.evenshard and <rank>.error, meeting the others
+at a barrier after each (so every file exists before any worker exits), and re-raises the
+last.
 
 MODE `refit`: several fits in a row on one checkpoint_dir, each resuming the previous one and
 training one epoch more (a net of about a million parameters, so rank 0's write takes a
@@ -57,6 +59,11 @@ def main():
         refused(out, "evaluate", lambda: gluondist.evaluate(model, shard))
         refused(out, "epochs", lambda: gluondist.fit(net(16), (X, y), epochs=2 + rank, seed=1))
         refused(out, "seed", lambda: gluondist.fit(net(16), (X, y), epochs=2, seed=rank))
+        lr = {"learning_rate": 0.1 * (1 + rank)}
+        refused(out, "lr", lambda: gluondist.fit(net(16), (X, y), epochs=2, seed=1,
+                                                 optimizer_params=lr))
+        even = (X[:256][rank::workers], y[:256][rank::workers])  # 128 each: equal counts
+        refused(out, "evenshard", lambda: gluondist.fit(net(16), even, epochs=2, seed=1))
         refused(out, "error", lambda: gluondist.fit(net(16), shard, epochs=2, batch_size=16,
                                                     seed=1), reraise=True)
         return
