@@ -8,8 +8,10 @@ processes or threads, fed with this worker's share of every global batch.
 """
 from __future__ import annotations
 
+import collections
 import queue
 import threading
+import warnings
 import zlib
 from typing import Iterator, List, Optional, Sequence
 
@@ -100,13 +102,23 @@ class DatasetSource(Source):
             raise ValueError(f"the dataset's samples are dicts (keys {list(samples[0])}), but "
                              "fit takes (x, y) or (x, y, sample_weight) tuples: turn them into "
                              "tuples with dataset.transform(lambda s: (s['x'], s['y']))")
+        lengths = [len(x) if isinstance(x, (tuple, list)) else 0 for x in samples]
+        usual = collections.Counter(lengths).most_common(1)[0][0]
+        if any(n != usual for n in lengths):  # MXNet's batchify would drop the extra fields
+            at = next(i for i, n in enumerate(lengths) if n != usual)
+            raise ValueError(f"the dataset's samples have different numbers of fields (sample "
+                             f"{int(idx[at])} has {lengths[at]}, most have {usual}): every "
+                             "sample must be (x, y) or every one (x, y, sample_weight)")
         try:
-            batch = self.batchify_fn(samples)
+            with warnings.catch_warnings():  # numpy's note on ragged data: said below instead
+                warnings.simplefilter("ignore", np.VisibleDeprecationWarning)
+                batch = self.batchify_fn(samples)
         except (KeyError, TypeError, ValueError) as exc:  # None, strings, ragged arrays
-            raise ValueError(f"the dataset's samples cannot be stacked into a batch (a sample "
-                             f"is {_kinds(samples[0])}): every field must be a number or an "
-                             "array of numbers of one shape; transform the others into numbers "
-                             f"or leave them out ({type(exc).__name__}: {exc})") from exc
+            at = _odd_one(samples)
+            raise ValueError(f"the dataset's samples cannot be stacked into a batch (sample "
+                             f"{int(idx[at])} is {_kinds(samples[at])}): every field must be "
+                             "a number or an array of numbers, of one shape in every sample; "
+                             "transform the others into numbers or leave them out") from exc
         return self._place(batch, ctxs)
 
     def _place(self, batch, ctxs):
@@ -193,6 +205,34 @@ def _parts(cols, labels, weights, several_inputs):
         data_parts.append(tuple(col[c] for col in cols) if several_inputs else cols[0][c])
         target_parts.append((tuple(col[c] for col in labels), weights[c]))
     return data_parts, target_parts
+
+
+def _odd_one(samples) -> int:
+    """The position of the first sample with a field that is not numbers, else of the first
+    whose shapes differ from most samples' (0 when none stands out)."""
+    shapes = [_shape(sample) for sample in samples]
+    if None in shapes:
+        return shapes.index(None)
+    usual = collections.Counter(map(repr, shapes)).most_common(1)[0][0]
+    return next((i for i, shape in enumerate(shapes) if repr(shape) != usual), 0)
+
+
+def _shape(field):
+    """A field's shape (a tuple of them for a tuple of fields), None when a part of it is not
+    numbers."""
+    if isinstance(field, (tuple, list)) and not _numeric(field):
+        parts = [_shape(f) for f in field]
+        return None if None in parts else tuple(parts)
+    return np.shape(field) if _numeric(field) else None
+
+
+def _numeric(field) -> bool:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numpy's note on ragged sequences: that is the answer
+        try:
+            return np.asarray(field).dtype.kind in "biuf"
+        except (ValueError, TypeError):
+            return False
 
 
 def _kinds(field) -> str:

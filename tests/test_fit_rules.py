@@ -357,12 +357,23 @@ def test_a_list_of_rows_as_X_says_what_to_do(small):
 @pytest.mark.parametrize("sample, kinds", [
     (lambda x, y: (x, None), r"\(ndarray float32, NoneType\)"),
     (lambda x, y: (x, "cat"), r"\(ndarray float32, str\)"),
-    (lambda x, y: (x, y, None), r"\(ndarray float32, float32, NoneType\)")])
-def test_samples_that_are_not_numbers_are_named(small, sample, kinds):
-    X, y = small[0]
-    data = gdata.SimpleDataset([sample(X[i], y[i]) for i in range(len(X))])
-    with pytest.raises(ValueError, match=r"samples cannot be stacked into a batch \(a sample is "
-                                         f"{kinds}\\): every field must be a number"):
+    (lambda x, y: (x, [1.0, "x"]), r"\(ndarray float32, \(float, str\)\)"),
+    (lambda x, y: (x, [1, 2]), r"\(ndarray float32, \(int, int\)\)")])
+def test_the_sample_that_is_not_numbers_is_named(small, sample, kinds):
+    X, y = small[0]  # only sample 7 is bad: the message names it, not the batch's first
+    data = gdata.SimpleDataset([sample(X[i], y[i]) if i == 7 else (X[i], y[i])
+                                for i in range(len(X))])
+    with pytest.raises(ValueError, match=r"samples cannot be stacked into a batch \(sample 7 "
+                                         f"is {kinds}\\): every field must be a number"):
+        gluondist.fit(mlp(), data)
+
+
+def test_samples_with_a_field_more_are_refused(small):
+    X, y = small[0]  # MXNet's batchify would drop sample 7's weight without a word
+    data = gdata.SimpleDataset([(X[i], y[i], 1.0) if i == 7 else (X[i], y[i])
+                                for i in range(len(X))])
+    with pytest.raises(ValueError, match=r"samples have different numbers of fields \(sample 7 "
+                                         r"has 3, most have 2\)"):
         gluondist.fit(mlp(), data)
 
 

@@ -174,3 +174,12 @@ def test_launch_options_are_declared_once():
         if name in declared and param.default is not inspect.Parameter.empty:
             default = declared[name][1]
             assert param.default == default or (param.default is None and not default), name
+
+
+def test_a_path_option_of_the_wrong_kind_is_one_line(tmp_path):
+    from gluondist.launcher.errors import LaunchError
+    script = tmp_path / "x.py"
+    script.write_text("")
+    with pytest.raises(LaunchError, match=r"^log_dir must be a string \(a path, a name\), "
+                                          r"not 123$"):
+        LaunchOptions((str(script),), log_dir=123).validate()

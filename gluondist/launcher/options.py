@@ -138,6 +138,7 @@ class LaunchOptions:
         system but changes nothing (the launch creates ``log_dir``)."""
         if not self.command:
             raise LaunchError("nothing to run: give a SCRIPT.py or `-- COMMAND ...`")
+        _check_texts(self)
         for text in (self.hosts, self.server_hosts):
             if isinstance(text, str):
                 raise LaunchError(f"hosts {text!r} not read yet: session.resolve() reads -H "
@@ -187,7 +188,7 @@ class LaunchOptions:
                 raise LaunchError("--stall-timeout works with --launcher local or ssh; Slurm "
                                   "steps have no progress channel")
         if self.log_dir is not None:
-            _check_log_dir(self.log_dir)
+            _check_log_dir(os.fspath(self.log_dir))
         return self
 
     def _check_placement(self) -> None:
@@ -235,6 +236,13 @@ def _hosts_value(name: str, value) -> Union[Tuple, str]:
     if twice is not None:
         raise LaunchError(f"{name} names host {twice!r} twice; give its slots once")
     return items
+
+
+def _check_texts(options: "LaunchOptions") -> None:
+    for name in ("log_dir", "ssh_config", "interface", "scheduler_address"):
+        value = getattr(options, name)
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise LaunchError(f"{name} must be a string (a path, a name), not {value!r}")
 
 
 def _whole(value) -> bool:
