@@ -15,6 +15,7 @@ a pulled cable, while the host's own interface stays up. ``heal`` plugs it back 
         a, b, c = cluster.hosts          # addresses: "10.77.41.1", ...
         cluster.cut(b); cluster.heal(b)
         cluster.pids(b)                   # the processes on b, sshd's own left out
+        cluster.crash(b)                  # b dies, sshd too: connections end, new ones refused
         cluster.kill(b)
 
 Everything is torn down when the ``with`` ends, however it ends; namespaces left by a test
@@ -267,6 +268,16 @@ class Cluster:
 
     def kill(self, address: str) -> None:
         for pid in self.pids(address):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def crash(self, address: str) -> None:
+        """Everything on ``address`` dies at once, sshd included: its connections end at once
+        (unlike a cut) and new ones are refused, so a test of what follows a lost host need
+        not wait for ssh's keepalive and connect timeouts."""
+        for pid in netns_pids(self.ns[address]):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

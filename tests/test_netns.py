@@ -131,7 +131,7 @@ def test_a_restart_that_would_need_fewer_workers_is_refused(launch, cluster, tmp
     job = fit_on(launch, cluster, tmp_path, [first, second], "--max-restarts", 1, epochs=100,
                  batch_sleep=0.2)
     wait_for_epochs(job, tmp_path, 1)
-    cluster.cut(second)
+    cluster.crash(second)  # no wait for timeouts: what follows the loss is the test
     assert job.wait(timeout=120) == LOST_EXIT, job.err
     assert f"attempt 1 failed: lost the connection to host {second}, where worker 0 ran" \
         in job.err
