@@ -6,7 +6,7 @@ epoch, with the last partial batch kept, as a careful hand-written loop would. D
 scikit-learn (1437 training, 360 validation samples). Prints each pair, the median ratio
 fit / hand, and checks that both arms ended with the same loss.
 
-    python benchmarks/fit_overhead.py [--repeats 7] [--epochs 40] [--batch-size 64]
+    python benchmarks/fit_overhead.py [--repeats 7] [--epochs 40] [--batch-size 64] [--json FILE]
 """
 import argparse
 
@@ -73,6 +73,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--epochs", type=int, default=40)
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--json", metavar="FILE", help="also write the pairs as JSON")
     args = parser.parse_args()
     X, y = load_digits(return_X_y=True)
     X, y = (X / 16.0).astype(np.float32), y.astype(np.float32)
@@ -85,7 +86,7 @@ def main():
 
     alternate({"hand": lambda rep: by_hand(train, val, args.epochs, args.batch_size, rep),
                "fit": lambda rep: with_fit(train, val, args.epochs, args.batch_size, rep)},
-              args.repeats, same)
+              args.repeats, same, save=args.json)
 
 if __name__ == "__main__":
     main()

@@ -7,7 +7,7 @@ processes. A small CNN trains on it. Both arms produce the same per-epoch output
 and accuracy, summed on the device, read once per epoch). Prints each pair and the median ratio
 fit / hand.
 
-    python benchmarks/loader_overhead.py [--repeats 5] [--epochs 3] [--workers 2]
+    python benchmarks/loader_overhead.py [--repeats 5] [--epochs 3] [--workers 2] [--json FILE]
 """
 import argparse
 
@@ -89,6 +89,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--json", metavar="FILE", help="also write the pairs as JSON")
     args = parser.parse_args()
     X, y = load_digits(return_X_y=True)
     loader = gluon.data.DataLoader(Augmented(X, y), batch_size=args.batch_size, shuffle=True,
@@ -99,7 +100,8 @@ def main():
         assert all(accuracy > 0.2 for _, accuracy in results.values()), results
 
     alternate({"hand": lambda rep: by_hand(loader, args.epochs, rep),
-               "fit": lambda rep: with_fit(loader, args.epochs, rep)}, args.repeats, trained)
+               "fit": lambda rep: with_fit(loader, args.epochs, rep)}, args.repeats, trained,
+              save=args.json)
 
 if __name__ == "__main__":
     main()

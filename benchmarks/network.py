@@ -2,6 +2,7 @@
 (tests/netns.py), each link shaped to RATE both ways with tc tbf. Needs root, ip, tc, sshd.
 
     python benchmarks/network.py [--rate 200mbit] [--mbytes 8] [--repeats 3] [--only PART]
+        [--json FILE]  (the bench's JSON line, for benchmarks/plots.py)
 
 1. Raw TCP between two hosts (benchmarks/tcp_pair.py, the hand-written baseline): one way,
    and both ways at once (the links are full duplex).
@@ -52,7 +53,7 @@ def bench(cluster, hosts, mbytes):
         [*GLUONDIST, "bench", "kvstore", "--launcher", "ssh", "--ssh-config",
          cluster.ssh_config, "-H", f"{a}:1,{b}:1", "--server-hosts", f"{s},{t}", "-n", "2",
          "--servers", "1,2", "--mbytes", str(mbytes), "--keys", "1", "--steps", "8",
-         "--unchunked"], capture_output=True, text=True, timeout=1200)
+         "--unchunked", "--json"], capture_output=True, text=True, timeout=1200)
     if out.returncode != 0:
         raise SystemExit(out.stderr)
     return out.stdout
@@ -77,6 +78,7 @@ def main():
     parser.add_argument("--mbytes", type=float, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", choices=("tcp", "bench", "fit"), help="run one part")
+    parser.add_argument("--json", metavar="FILE", help="write the bench's JSON line to FILE")
     args = parser.parse_args()
     reason = netns.unavailable()
     if reason:
@@ -89,7 +91,11 @@ def main():
             print(f"raw TCP at {args.rate}: {one:.1f} MB/s one way; both ways at once "
                   f"{both[0]:.1f} and {both[1]:.1f} MB/s", flush=True)
         if args.only in (None, "bench"):
-            print(bench(cluster, hosts, args.mbytes), flush=True)
+            table = bench(cluster, hosts, args.mbytes)
+            print(table, flush=True)
+            if args.json:
+                with open(args.json, "w") as f:
+                    f.write(table.strip().splitlines()[-1] + "\n")
         if args.only not in (None, "fit"):
             return
         ratios = []

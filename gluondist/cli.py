@@ -142,6 +142,9 @@ def _server_counts(ctx, param, value):
               help="Arrays the megabytes are split into (a model's layers).")
 @click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="End with one JSON object.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              metavar="FILE", help="Also draw the table (step time against servers, per "
+                                   "layout, with the model's line) to FILE, e.g. bench.png.")
 @launch_flags("launcher", "hosts", "server_hosts", "interface", "ssh_config",
               "scheduler_address", "start_timeout", "env",
               server_hosts={"help": "Also measure every server count with the servers on these "
@@ -151,8 +154,8 @@ def _server_counts(ctx, param, value):
                    "gluondist.kvstore.CHUNK_BYTES; 0: whole].")
 @click.option("--unchunked", is_flag=True,
               help="Also measure each row with every array sent whole.")
-def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, chunk_bytes, unchunked,
-                  **values):
+def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path, chunk_bytes,
+                  unchunked, **values):
     """Run a dist_sync job per server count (and layout, with --server-hosts) whose workers
     push and pull MBYTES per step the way fit does, and print the step time, the cost model's
     prediction and its error, the efficiency against the raw TCP bound and the bytes each
@@ -167,6 +170,11 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, chunk_byte
     if chunk_bytes is not None and 0 < chunk_bytes < MIN_CHUNK_BYTES:
         raise click.BadParameter(f"{chunk_bytes}: give 0 (whole) or at least {MIN_CHUNK_BYTES} "
                                  "bytes", param_hint="--chunk-bytes")
+    if plot_path is not None:
+        try:
+            import matplotlib  # noqa: F401  (before the jobs run, not after)
+        except ImportError:
+            raise click.ClickException("--plot needs matplotlib: pip install 'gluondist[plot]'")
     options = options_of(("bench",), {**values, "num_workers": num_workers,
                                         "num_servers": servers[0]})
     show = terminal()
@@ -180,6 +188,12 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, chunk_byte
         sys.exit(failed.exit_code)
     for line in format_table(table, recommended):
         click.echo(line)
+    if plot_path is not None:
+        from .bench.plot import plot_rows
+        try:
+            plot_rows([r.as_dict() for r in table], plot_path)
+        except OSError as exc:
+            raise click.ClickException(f"--plot {plot_path}: cannot write it: {exc}") from exc
     if as_json:
         click.echo(json.dumps({"rows": [r.as_dict() for r in table],
                                "recommended_servers": recommended.servers,

@@ -81,12 +81,13 @@ def test_worker_zeros_result_line_is_found():
 
 
 @pytest.mark.slow
-def test_the_bench_runs_a_real_job_per_server_count():
+def test_the_bench_runs_a_real_job_per_server_count(tmp_path):
     from conftest import TAG, kill_tagged, run_cli
     tag = uuid.uuid4().hex
     try:
         out = run_cli("bench", "kvstore", "-n", 2, "--servers", "1,2", "--mbytes", 2, "--keys",
-                      3, "--steps", 3, "--json", "--env", f"{TAG}={tag}",
+                      3, "--steps", 3, "--json", "--plot", tmp_path / "bench.png",
+                      "--env", f"{TAG}={tag}",
                       "--env", "MXNET_KVSTORE_BIGARRAY_BOUND=100000", timeout=300)
     finally:
         assert kill_tagged(tag) == []  # every job of the bench ended with it
@@ -103,6 +104,26 @@ def test_the_bench_runs_a_real_job_per_server_count():
     assert result["recommended_servers"] in (1, 2)
     assert result["recommended_layout"] == "one host"
     assert "recommended: -s" in out.stdout and "-s 2: 2 worker(s)" in out.stderr
+    assert (tmp_path / "bench.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_plot_draws_each_layout_measured_and_modelled():
+    pytest.importorskip("matplotlib")
+    from gluondist.bench.plot import plot_rows
+    rows = [{"servers": s, "layout": kind, "step_s": step, "predicted_step_s": model,
+             "unchunked_step_s": whole}
+            for s, kind, step, model, whole in [(1, "colocated", 0.41, 0.41, 0.69),
+                                                (2, "colocated", 0.42, 0.41, 0.36),
+                                                (2, "dedicated", 0.51, 0.46, None),
+                                                (1, "dedicated", 0.86, 0.82, None)]]
+    fig = plot_rows(rows)
+    colocated, dedicated = fig.axes
+    assert (colocated.get_title(), dedicated.get_title()) == ("colocated", "dedicated")
+    lines = {line.get_label(): list(line.get_ydata()) for line in dedicated.get_lines()}
+    assert lines == {"measured": [0.86, 0.51], "cost model": [0.82, 0.46]}  # sorted by servers
+    assert [list(l.get_ydata()) for l in colocated.get_lines()][2] == [0.69, 0.36]
+    with pytest.raises(ValueError, match="no rows"):
+        plot_rows([])
 
 
 @pytest.mark.slow
