@@ -1,3 +1,10 @@
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+
+import pytest
 from conftest import ROOT
 
 
@@ -18,3 +25,89 @@ def test_readme_main_job_is_a_distributed_run_of_a_bundled_example():
     main_job, _ = readme_commands()
     script = main_job.split("gluondist launch -n 2 -s 1 ")[1]
     assert (ROOT / script).is_file()
+
+
+def test_the_docs_start_with_the_readmes_two_commands():
+    start = (ROOT / "docs" / "index.md").read_text().split("```sh\n", 1)[1].splitlines()
+    assert tuple(start[:2]) == readme_commands()
+
+
+def test_the_readme_is_a_front_page_whose_links_resolve():
+    from markdown.extensions.toc import slugify
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    links = re.findall(r"\]\((docs/[^)#\s]+)(?:#([^)\s]+))?\)", text)
+    assert len(links) >= 10
+    for path, anchor in links:
+        page = (ROOT / path).read_text()  # a missing page fails here
+        headings = {slugify(h, "-") for h in re.findall(r"^#+ (.+)$", page, re.M)}
+        assert not anchor or anchor in headings, f"README: {path}#{anchor}: no such heading"
+
+
+def test_the_site_builds_strict_with_every_link_and_name_checked(tmp_path):
+    # strict: true in mkdocs.yml, and --strict here: any warning (a broken link or anchor, a
+    # name docs/hooks.py cannot find, a docstring mkdocstrings cannot render) fails the build
+    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d",
+                          str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert out.returncode == 0, out.stderr
+    cli = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text()
+    assert "gluondist bench kvstore" in cli and "--stall-timeout" in cli and "--plot" in cli
+    api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text()
+    assert "clip_global_norm" in api and "restore_best_weights" in api  # the docstrings
+
+
+def test_the_api_reference_has_every_public_name():
+    import gluondist
+    shown = re.findall(r"^::: (\S+)$", (ROOT / "docs" / "reference" / "api.md").read_text(),
+                       re.M)
+    lazy = vars(gluondist)["_LAZY"]
+    wanted = [".".join(filter(None, lazy[name])) for name in gluondist.__all__]
+    assert sorted(shown) == sorted(wanted)
+
+
+def checker():
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    return hooks.Checker()
+
+
+def test_a_page_naming_what_does_not_exist_is_told():
+    check = checker()
+    good = ("`gluondist launch -n 2 --stall-timeout 60 train.py --epochs 3`, `--max-restarts`, "
+            "`gluondist.fit`, `gluondist.kvstore.CHUNK_BYTES`, `tests/netns.py`, `--ctx 2`,\n"
+            "```sh\ngluondist bench kvstore --plot b.png  # gluondist never\n```\n"
+            "`python benchmarks/fit_overhead.py --repeats 9 --json r.json`")
+    assert check.problems(good) == []
+    bad = ("`gluondist launch --stall-timout 60 train.py`, `--no-such`, `gluondist.fitt`, "
+           "`gluondist.kvstore.CHUNK`, `tests/nope.py`, `gluondist lunch -n 2`, "
+           "`python benchmarks/fit_overhead.py --repeat 9`")
+    assert sorted(check.problems(bad)) == sorted([
+        "tests/nope.py: no such file in the repository",
+        "gluondist.fitt: no such name in the package",
+        "gluondist.kvstore.CHUNK: no such name in the package",
+        "--stall-timout is no option of `gluondist launch`",
+        "--no-such is no option of any gluondist command",
+        "`gluondist lunch` is no command",
+        "--repeat is no option of benchmarks/fit_overhead.py"])
+
+
+def test_the_test_extra_installs_the_docs_extra():
+    tomllib = pytest.importorskip("tomllib")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert set(extras["docs"]) <= set(extras["test"])
+
+
+def test_the_plots_are_drawn_by_the_command(tmp_path):
+    pytest.importorskip("matplotlib")
+    spec = importlib.util.spec_from_file_location("plots", ROOT / "benchmarks" / "plots.py")
+    plots = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plots)
+    plots.main(["--out", str(tmp_path), "--epochs", "1"])  # from benchmarks/results/
+    drawn = sorted(p.name for p in tmp_path.iterdir())
+    assert drawn == ["fit_vs_hand.png", "kvstore.png", "learning_curve.png"]
+    measured = (ROOT / "docs" / "measured.md").read_text()
+    assert sorted(re.findall(r"\]\(img/(\w+\.png)\)", measured)) == drawn
+    assert all((ROOT / "docs" / "img" / name).is_file() for name in drawn)

@@ -1,0 +1,80 @@
+"""The figures of the docs' Measured page, drawn from the benchmarks' saved results.
+
+    python benchmarks/plots.py [--results benchmarks/results] [--out docs/img] [--epochs 15]
+
+Reads (each written by the command in parentheses, run from benchmarks/):
+  fit_overhead.json     (python fit_overhead.py --repeats 9 --json results/fit_overhead.json)
+  loader_overhead.json  (python loader_overhead.py --repeats 7 --json results/loader_overhead.json)
+  kvstore_w2.json       (python network.py --only bench --json results/kvstore_w2.json, as root)
+and writes fit_vs_hand.png (each pair's fit/hand ratio, arrays and DataLoader), kvstore.png
+(the bench table: step time against servers per layout, with the cost model's line) and
+learning_curve.png (History.plot of the README's fit: an MLP on the digits, --epochs epochs).
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+
+def fit_vs_hand(results, path):
+    from matplotlib.figure import Figure
+    parts = [("arrays (fit_overhead.py)", "fit_overhead.json"),
+             ("DataLoader (loader_overhead.py)", "loader_overhead.json")]
+    fig = Figure(figsize=(9, 3.5))
+    axes = fig.subplots(1, 2, sharey=True)
+    for ax, (title, name) in zip(axes, parts):
+        with open(os.path.join(results, name)) as f:
+            saved = json.load(f)
+        ratios = [p["ratio"] for p in saved["pairs"]]
+        ax.plot(range(1, len(ratios) + 1), ratios, "o", label="one pair")
+        ax.axhline(saved["median"], label=f"median {saved['median']:.3f}")
+        ax.axhline(saved["target"], linestyle="--", color="grey", label=f"target {saved['target']}")
+        ax.axhline(1.0, linestyle=":", color="black")
+        ax.set_xlabel("pair (alternated in one run)")
+        ax.set_title(title)
+        ax.legend()
+    axes[0].set_ylabel("fit time / hand-loop time")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def kvstore(results, path):
+    from gluondist.bench.plot import plot_rows
+    with open(os.path.join(results, "kvstore_w2.json")) as f:
+        saved = json.load(f)
+    plot_rows(saved["rows"], path, title="2 workers, 8 MB in one array, 200 Mbit/s links")
+
+
+def learning_curve(path, epochs):
+    import mxnet as mx
+    from sklearn.datasets import load_digits
+    import gluondist
+    X, y = load_digits(return_X_y=True)
+    X, y = (X / 16.0).astype(np.float32), y.astype(np.float32)
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Dense(128, activation="relu"), mx.gluon.nn.Dense(10))
+    history = gluondist.fit(net, (X[:1437], y[:1437]), val_data=(X[1437:], y[1437:]),
+                            epochs=epochs, batch_size=32, progress=False,
+                            optimizer_params={"learning_rate": 0.1, "momentum": 0.9}, seed=0)
+    history.plot(path)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", default=os.path.join(HERE, "results"))
+    parser.add_argument("--out", default=os.path.join(HERE, "..", "docs", "img"))
+    parser.add_argument("--epochs", type=int, default=15)
+    args = parser.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    fit_vs_hand(args.results, os.path.join(args.out, "fit_vs_hand.png"))
+    kvstore(args.results, os.path.join(args.out, "kvstore.png"))
+    learning_curve(os.path.join(args.out, "learning_curve.png"), args.epochs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""MkDocs hooks (mkdocs.yml `hooks:`): the command-line reference generated from the CLI's own
+`--help`, and a check that every option, repository file and `gluondist.*` name a page shows
+in code exists. A name that does not is a warning, which `mkdocs build --strict` turns into a
+failed build (tests/test_docs.py runs it)."""
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import click
+import griffe
+
+ROOT = Path(__file__).resolve().parent.parent
+log = logging.getLogger("mkdocs.plugins.gluondist")
+
+CLI_MARK = "<!-- gluondist --help -->"
+# Options of other programs that pages show alone (not after their command), and the file
+# that defines each: checked there instead.
+FOREIGN = {"--ctx": "examples/digits.py", "--repeats": "benchmarks/launcher_overhead.py",
+           "--trivial-repeats": "benchmarks/launcher_overhead.py"}
+REPO_DIRS = ("gluondist/", "tests/", "benchmarks/", "examples/", "launch/", "docs/", ".ci/")
+SPAN = re.compile(r"(?<!`)`((?:[^`\n]|\n(?!\s*\n))+)`(?!`)")  # may wrap, not span paragraphs
+FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
+PATH = re.compile(r"(?<![\w./-])((?:%s)[\w./-]*)" % "|".join(re.escape(d) for d in REPO_DIRS))
+NAME = re.compile(r"(?<![\w./-])gluondist((?:\.[A-Za-z_]\w*)+)(?![\w/-])")
+OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
+COMMAND = re.compile(r"gluondist ((?:bench |manifest )?[a-z]+)|python3? ((?:benchmarks|examples)"
+                     r"/\w+\.py)")
+
+
+def _commands() -> dict:
+    """{'launch': {'--num-workers', ...}, 'bench kvstore': {...}, ...} from the click group."""
+    from gluondist.cli import cli
+    found = {}
+
+    def walk(cmd, path):
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                walk(sub, path + [name])
+        found[" ".join(path)] = {o for p in cmd.params for o in p.opts + p.secondary_opts
+                                 if o.startswith("--")} | {"--help"}
+    walk(cli, [])
+    return found
+
+
+def _script_options(path: str) -> set:
+    return set(re.findall(r"add_argument\(\s*\"(--[a-z0-9-]+)\"", (ROOT / path).read_text()))
+
+
+def cli_help() -> str:
+    """Every command's `--help`, as click prints it, one section per command."""
+    from gluondist.cli import cli
+    out = []
+
+    def walk(cmd, path):
+        ctx = click.Context(cmd, info_name=" ".join(path), terminal_width=100)
+        out.append(f"## `{' '.join(path)}`\n\n```text\n{cmd.get_help(ctx)}\n```\n")
+        if isinstance(cmd, click.Group):
+            for name in sorted(cmd.commands):
+                walk(cmd.commands[name], path + [name])
+    walk(cli, ["gluondist"])
+    return "\n".join(out)
+
+
+class Checker:
+    def __init__(self):
+        self.commands = _commands()
+        self.all_options = set().union(*self.commands.values())
+        self.package = griffe.load("gluondist", search_paths=[str(ROOT)], resolve_aliases=False)
+        import gluondist
+        self.lazy = {k: v for k, v in vars(gluondist)["_LAZY"].items()}
+
+    def name_exists(self, dotted: str) -> bool:
+        parts = dotted.split(".")
+        if parts[0] in self.lazy:
+            module, attr = self.lazy[parts[0]]
+            parts = module.split(".")[1:] + ([attr] if attr else []) + parts[1:]
+        try:
+            self.package[".".join(parts)] if parts else self.package
+        except (KeyError, ValueError):
+            return False
+        return True
+
+    def option_problems(self, code: str) -> list:
+        problems = []
+        for line in code.splitlines():
+            line = re.sub(r"\s#\s.*", "", line)  # a shell comment
+            line = line.split(" -- ")[0]  # after `--` comes the user's own command
+            owner = COMMAND.search(line)
+            if owner and owner.group(1) is not None:
+                sub = owner.group(1)
+                known = self.commands.get(sub)
+                if known is None:
+                    problems.append(f"`gluondist {sub}` is no command")
+                    continue
+                args = re.split(r"\s\S+\.py\b", line[owner.end():])[0]  # the script's own after
+                problems += [f"{o} is no option of `gluondist {sub}`"
+                             for o in OPTION.findall(args) if o not in known]
+            elif owner:
+                known = _script_options(owner.group(2)) | {"--help"}
+                problems += [f"{o} is no option of {owner.group(2)}"
+                             for o in OPTION.findall(line[owner.end():]) if o not in known]
+            elif OPTION.match(line.lstrip()):
+                option = OPTION.match(line.lstrip()).group(1)
+                if option in FOREIGN:
+                    if option not in _script_options(FOREIGN[option]):
+                        problems.append(f"{option} is no option of {FOREIGN[option]}")
+                elif option not in self.all_options:
+                    problems.append(f"{option} is no option of any gluondist command")
+        return problems
+
+    def problems(self, markdown: str) -> list:
+        codes = [m.group(1) for m in SPAN.finditer(FENCE.sub("", markdown))]
+        codes += [m.group(1) for m in FENCE.finditer(markdown)]
+        found = []
+        for code in codes:
+            for path in PATH.findall(code):
+                target = path.split("::")[0].rstrip(".")
+                if not (ROOT / target).exists():
+                    found.append(f"{target}: no such file in the repository")
+            for dotted in NAME.findall(code):
+                if not self.name_exists(dotted[1:]):
+                    found.append(f"gluondist{dotted}: no such name in the package")
+            found += self.option_problems(code)
+        return found
+
+
+_checker = None
+
+
+def on_page_markdown(markdown, page, config, files):
+    global _checker
+    _checker = _checker or Checker()
+    for problem in dict.fromkeys(_checker.problems(markdown)):
+        log.warning(f"{page.file.src_uri}: {problem}")
+    return markdown.replace(CLI_MARK, cli_help())  # checked by click itself
