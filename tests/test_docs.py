@@ -93,6 +93,10 @@ def test_a_page_naming_what_does_not_exist_is_told():
         "--repeat is no option of benchmarks/fit_overhead.py"])
 
 
+def test_the_readme_names_only_what_exists():  # outside docs/, so not in the build's check
+    assert checker().problems((ROOT / "README.md").read_text()) == []
+
+
 def test_the_test_extra_installs_the_docs_extra():
     tomllib = pytest.importorskip("tomllib")
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
