@@ -171,10 +171,7 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path,
         raise click.BadParameter(f"{chunk_bytes}: give 0 (whole) or at least {MIN_CHUNK_BYTES} "
                                  "bytes", param_hint="--chunk-bytes")
     if plot_path is not None:
-        try:
-            import matplotlib  # noqa: F401  (before the jobs run, not after)
-        except ImportError:
-            raise click.ClickException("--plot needs matplotlib: pip install 'gluondist[plot]'")
+        _check_plot_path(plot_path)
     options = options_of(("bench",), {**values, "num_workers": num_workers,
                                         "num_servers": servers[0]})
     show = terminal()
@@ -198,6 +195,18 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path,
         click.echo(json.dumps({"rows": [r.as_dict() for r in table],
                                "recommended_servers": recommended.servers,
                                "recommended_layout": recommended.layout}))
+
+
+def _check_plot_path(path: str) -> None:
+    """--plot's problems before the jobs run, not after."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise click.ClickException("--plot needs matplotlib: pip install 'gluondist[plot]'")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise click.BadParameter(f"{path}: {parent} is not a directory this user can write to",
+                                 param_hint="--plot")
 
 
 def _env_pairs(pairs) -> dict:

@@ -142,6 +142,7 @@ def test_a_failed_bench_job_ends_the_bench_with_launchs_report_and_code():
     (["--mbytes", "0"], "--mbytes"),
     (["--mbytes", "nan"], "--mbytes"),
     (["-n", "0"], "--num-workers"),
+    (["--plot", "/nonexistent/bench.png"], "--plot"),
 ])
 def test_bad_bench_input_is_one_line_and_exit_2(args, message):
     from conftest import run_cli
