@@ -1,6 +1,6 @@
 """MkDocs hooks (mkdocs.yml `hooks:`): the command-line reference generated from the CLI's own
 `--help`, and a check that every option, repository file and `gluondist.*` name a page shows
-in code exists. A name that does not is a warning, which `mkdocs build --strict` turns into a
+in code (or a docstring names in a Sphinx role) exists. A name that does not is a warning, which `mkdocs build --strict` turns into a
 failed build (tests/test_docs.py runs it)."""
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 PATH = re.compile(r"(?<![\w./-])((?:%s)[\w./-]*)" % "|".join(re.escape(d) for d in REPO_DIRS))
 NAME = re.compile(r"(?<![\w./-])gluondist((?:\.[A-Za-z_]\w*)+)(?![\w/-])")
 OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
+ROLE = re.compile(r":(?:class|func|meth|attr|mod|data|exc|obj):<code>(~?)([\w.]+)</code>")
 COMMAND = re.compile(r"gluondist ((?:bench |manifest )?[a-z]+)|python3? ((?:benchmarks|examples)"
                      r"/\w+\.py)")
 
@@ -135,3 +136,14 @@ def on_page_markdown(markdown, page, config, files):
     for problem in dict.fromkeys(_checker.problems(markdown)):
         log.warning(f"{page.file.src_uri}: {problem}")
     return markdown.replace(CLI_MARK, cli_help())  # checked by click itself
+
+
+def on_page_content(html, page, config, files):
+    """The docstrings' Sphinx roles (:class:`~gluondist.callbacks.History`) as plain code,
+    their targets checked like the pages' names."""
+    def code(m):
+        tilde, target = m.groups()
+        if target.startswith("gluondist.") and not _checker.name_exists(target[10:]):
+            log.warning(f"{page.file.src_uri}: a docstring names {target}: no such name")
+        return f"<code>{target.rsplit('.', 1)[-1] if tilde else target}</code>"
+    return ROLE.sub(code, html)
