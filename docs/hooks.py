@@ -1,7 +1,7 @@
 """MkDocs hooks (mkdocs.yml `hooks:`): the command-line reference generated from the CLI's own
 `--help`, and a check that every option, repository file and `gluondist.*` name a page shows
-in code (or a docstring names in a Sphinx role) exists. A name that does not is a warning, which `mkdocs build --strict` turns into a
-failed build (tests/test_docs.py runs it)."""
+in code (or a docstring names in a Sphinx role) exists. A name that does not is a warning,
+which `mkdocs build --strict` turns into a failed build (tests/test_docs.py runs it)."""
 from __future__ import annotations
 
 import logging
@@ -70,15 +70,18 @@ class Checker:
         self.all_options = set().union(*self.commands.values())
         self.package = griffe.load("gluondist", search_paths=[str(ROOT)], resolve_aliases=False)
         import gluondist
-        self.lazy = {k: v for k, v in vars(gluondist)["_LAZY"].items()}
+        self.lazy = vars(gluondist)["_LAZY"]  # gluondist.fit is gluondist.training.fit
 
     def name_exists(self, dotted: str) -> bool:
+        """Whether ``gluondist.<dotted>`` is defined (statically, by griffe: nothing imported)."""
         parts = dotted.split(".")
         if parts[0] in self.lazy:
             module, attr = self.lazy[parts[0]]
             parts = module.split(".")[1:] + ([attr] if attr else []) + parts[1:]
+        if not parts:
+            return True
         try:
-            self.package[".".join(parts)] if parts else self.package
+            self.package[".".join(parts)]
         except (KeyError, ValueError):
             return False
         return True
