@@ -8,7 +8,8 @@ from typing import Optional, Sequence
 
 def plot_rows(rows: Sequence[dict], path: Optional[str] = None, title: Optional[str] = None):
     """Draw ``rows`` (the ``"rows"`` of the bench's JSON line) and return the matplotlib
-    Figure, each measured point labelled with the model's error; saved to ``path`` when given. Needs matplotlib: pip install 'gluondist[plot]'."""
+    Figure, each measured point labelled with the model's error; saved to ``path`` when given.
+    Needs matplotlib: pip install 'gluondist[plot]'."""
     if not rows:
         raise ValueError("plot_rows: the bench table has no rows to plot")
     try:
