@@ -130,13 +130,26 @@ class Checker:
         return found
 
 
+def layout_problems(markdown: str) -> list:
+    """What GitHub renders as a list but Python-Markdown does not: a list right after a
+    paragraph line, or a list nested by 2 spaces (it needs 4)."""
+    problems, prev = [], ""
+    for n, line in enumerate(FENCE.sub("", markdown).splitlines(), 1):
+        if line.startswith("- ") and prev.strip() and not prev.startswith(("-", " ", "#", "<")):
+            problems.append(f"line {n}: a list needs a blank line before it")
+        if re.match(r"^ {1,3}[-*] ", line):
+            problems.append(f"line {n}: a nested list needs 4 spaces of indent")
+        prev = line
+    return problems
+
+
 _checker = None
 
 
 def on_page_markdown(markdown, page, config, files):
     global _checker
     _checker = _checker or Checker()
-    for problem in dict.fromkeys(_checker.problems(markdown)):
+    for problem in dict.fromkeys(_checker.problems(markdown) + layout_problems(markdown)):
         log.warning(f"{page.file.src_uri}: {problem}")
     return markdown.replace(CLI_MARK, cli_help())  # checked by click itself
 

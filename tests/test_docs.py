@@ -74,11 +74,15 @@ def test_the_api_reference_has_every_public_name():
         assert missing == [], f"docs/reference/api.md: gluondist.{module} has no {missing}"
 
 
-def checker():
+def hooks():
     spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
-    hooks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hooks)
-    return hooks.Checker()
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def checker():
+    return hooks().Checker()
 
 
 def test_a_page_naming_what_does_not_exist_is_told():
@@ -99,6 +103,12 @@ def test_a_page_naming_what_does_not_exist_is_told():
         "--no-such is no option of any gluondist command",
         "`gluondist lunch` is no command",
         "--repeat is no option of benchmarks/fit_overhead.py"])
+
+
+def test_lists_that_would_not_render_are_told():
+    text = "A paragraph:\n- an item\n  - nested by 2\n\n- fine\n    - nested by 4\n"
+    assert hooks().layout_problems(text) == ["line 2: a list needs a blank line before it",
+                                           "line 3: a nested list needs 4 spaces of indent"]
 
 
 def test_the_readme_names_only_what_exists():  # outside docs/, so not in the build's check
