@@ -95,13 +95,19 @@ def launch(dry_run, command, **values):
 
 
 def _supervised(run):
-    """``run(stop)`` with SIGTERM and SIGHUP turned into a request to stop the job, which the
-    launcher's monitor loop acts on (a handler that raised would land anywhere, between a
-    spawn and its record, or in the teardown); exit 130 / 128+N. Ctrl-C stays Python's
-    KeyboardInterrupt, as in a notebook: the launcher's start and teardown let it wait."""
+    """``run(stop)`` with Ctrl-C, SIGTERM and SIGHUP turned into a request to stop the job,
+    which the launcher's monitor loop acts on: an exception raised from a signal handler would
+    land anywhere (between a spawn and its record, inside a lock that subprocess holds, in
+    the teardown); exit 130 / 128+N. ``gluondist.launch()`` in a notebook keeps Ctrl-C as
+    Python's KeyboardInterrupt, which the launcher's start and teardown let wait."""
     stop = StopRequest()
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda signum, frame: stop.request(signum))
+
+    def request(signum, frame):
+        if stop and signum == signal.SIGINT:  # a second Ctrl-C: on to SIGKILL (see to_the_end)
+            raise KeyboardInterrupt
+        stop.request(signum)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, request)
     try:
         return run(stop)
     except KeyboardInterrupt:
@@ -113,7 +119,8 @@ def _supervised(run):
         if exc.remote_silence:
             what += (f" (a host the launcher cannot reach ends its own {exc.remote_silence:g}s "
                      "after the launcher's last word)")
-        _say(f"terminated ({signal.Signals(exc.signum).name}): {what}")
+        how = "interrupted" if exc.signum == signal.SIGINT else "terminated"
+        _say(f"{how} ({signal.Signals(exc.signum).name}): {what}")
         sys.exit(128 + exc.signum)
 
 

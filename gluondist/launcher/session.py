@@ -139,7 +139,12 @@ def launch_job(options: LaunchOptions, show: Show, keep_logs: bool = False,
         except OSError as exc:
             raise LaunchError(f"--log-dir {options.log_dir!r} cannot be created: "
                               f"{exc.strerror}") from None
-    transport = transport or _transport(options, base_env)
+    try:
+        transport = transport or _transport(options, base_env)
+    except LaunchError:
+        if stop:  # Ctrl-C at the terminal also ends the preflight's ssh sessions
+            raise Stopped(stop.signum) from None
+        raise
     shown = pslite_verbose(user_value(options, base_env, ev.PS_VERBOSE))[1]
     logs: Dict[str, List[str]] = {}
     on_line = _console(show, _keeper(logs) if keep_logs else None, hide_chatter=not shown)
