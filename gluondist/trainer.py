@@ -47,8 +47,11 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     mode = Mode.of(kv)
     dist = mode is not None and mode.distributed
     update_on_kvstore = None if kv is None else mode.updates_on_servers
+    # A list, in the net's own order: given a dict, Trainer sorts it by the parameters' global
+    # names (dense9_ after dense10_), so the indices that optimizer states are kept under
+    # would depend on how many layers the process had made before.
+    params = list(params.values()) if hasattr(params, "values") else list(params)
     if dist:
-        params = list(params.values()) if hasattr(params, "values") else list(params)
         # dist_async's servers run the optimizer, which needs each parameter whole (its state,
         # lr_mult by name, LARS' and LAMB's norms): only updates on the workers are chunked
         chunks = [parameter_chunks(p, 0 if update_on_kvstore else chunk_bytes) for p in params]
