@@ -70,7 +70,7 @@ class Checker:
         self.all_options = set().union(*self.commands.values())
         self.package = griffe.load("gluondist", search_paths=[str(ROOT)], resolve_aliases=False)
         import gluondist
-        self.lazy = vars(gluondist)["_LAZY"]  # gluondist.fit is gluondist.training.fit
+        self.lazy = vars(gluondist)["_LAZY"]  # gluondist.fit is gluondist.training.loop.fit
 
     def name_exists(self, dotted: str) -> bool:
         """Whether ``gluondist.<dotted>`` is defined (statically, by griffe: nothing imported)."""

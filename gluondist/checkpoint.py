@@ -60,7 +60,7 @@ class RunState:
 
     @classmethod
     def capture(cls, run) -> "RunState":
-        """The state of ``run`` (a :class:`gluondist.training.Run`) at the end of an epoch."""
+        """The state of ``run`` (a :class:`gluondist.training.loop.Run`) at the end of an epoch."""
         return cls(seed=run.seed, signature=signature(run.net), history=run.history.history,
                    rng=rng_states(), callbacks=run.callbacks.state_dict())
 

@@ -9,12 +9,12 @@ import sys
 import click
 
 from . import envvars as ev
-from .kinds import DIST_KINDS
+from .kv.kinds import DIST_KINDS
 from .launcher.errors import LaunchError, Stopped, StopRequest
 from .launcher.options import LaunchOptions, flags
 from .launcher.plan import LaunchPlan
 from .launcher.session import dry_run as plan_only, launch_job, terminal
-from .manifests import SCHEDULER_PORT
+from .launcher.kubernetes import SCHEDULER_PORT
 
 
 def _say(message: str) -> None:
@@ -170,8 +170,8 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path,
     best, and where to put them."""
     import json
     import math
-    from .bench import format_table, run
-    from .trainer import CHUNK_BYTES, MIN_CHUNK_BYTES
+    from .bench.kvstore import format_table, run
+    from .kv.trainer import CHUNK_BYTES, MIN_CHUNK_BYTES
     if not math.isfinite(mbytes):
         raise click.BadParameter(f"{mbytes} is not a number of megabytes", param_hint="--mbytes")
     if chunk_bytes is not None and 0 < chunk_bytes < MIN_CHUNK_BYTES:
@@ -275,7 +275,7 @@ def manifest_kubernetes(num_workers, num_servers, image, name, port, kvstore, gp
     scheduler, then the servers, then the workers) that fails, ending every pod, when any
     process fails."""
     import json
-    from .manifests import kubernetes
+    from .launcher.kubernetes import kubernetes
     objects = kubernetes(name, image, command, num_workers, num_servers, port, kvstore,
                          gpus_per_worker, _env_pairs(env), layout, active_deadline)
     output.write(json.dumps(objects, indent=2) + "\n")

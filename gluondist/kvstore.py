@@ -1,6 +1,6 @@
 """Parameter-server mode: this process's place in the job, the kvstore, a trainer and a sampler
-that are correct together. The parts live in :mod:`gluondist.job` (identity, the kvstore, the
-collectives), :mod:`gluondist.trainer` and :mod:`gluondist.sampling`; this module is their one
+that are correct together. The parts live in :mod:`gluondist.kv.job` (identity, the kvstore, the
+collectives), :mod:`gluondist.kv.trainer` and :mod:`gluondist.kv.sampling`; this module is their one
 public door.
 
 What the copied recipes get wrong, and what is done here instead:
@@ -23,11 +23,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .job import (JOB, MAX_KEY, MAX_REDUCE, REDUCE_BASE, REDUCE_CHUNK, REDUCE_SAFE,  # noqa: F401
+from .kv.job import (JOB, MAX_KEY, MAX_REDUCE, REDUCE_BASE, REDUCE_CHUNK, REDUCE_SAFE,  # noqa: F401
                   is_distributed, reduce_keys, resolve_mode, role)
-from .kinds import DIST_KINDS, KINDS, Mode  # noqa: F401
-from .sampling import ShardedBatchSampler  # noqa: F401
-from .trainer import (CHUNK_BYTES, TrainStep, _KeyedStore, chunk_bounds,  # noqa: F401
+from .kv.kinds import DIST_KINDS, KINDS, Mode  # noqa: F401
+from .kv.sampling import ShardedBatchSampler  # noqa: F401
+from .kv.trainer import (CHUNK_BYTES, TrainStep, _KeyedStore, chunk_bounds,  # noqa: F401
                       make_trainer, parameter_chunks)
 
 resolve_kind = resolve_mode  # its first name

@@ -4,7 +4,7 @@ import uuid
 
 import pytest
 
-from gluondist import bench
+from gluondist.bench import kvstore as bench
 from gluondist.bench.model import Layout
 
 

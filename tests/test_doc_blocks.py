@@ -89,7 +89,7 @@ def test_the_fit_pages_blocks_run(data, tmp_path, monkeypatch):
 
 
 def test_the_signature_on_the_fit_page_is_fits():
-    from gluondist.training import fit
+    from gluondist.training.loop import fit
     code = next(code for _, code, reason in blocks("docs/fit.md")
                 if reason and "the signature" in reason)
     shown = re.sub(r"\s+", " ", code.strip())

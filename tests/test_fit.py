@@ -10,7 +10,7 @@ import pytest
 import gluondist
 from gluondist import checkpoint
 from gluondist.callbacks import Callback
-from gluondist.monitored import EarlyStopping
+from gluondist.training.monitored import EarlyStopping
 from conftest import SCRIPTS, curves, mlp, param_sum, rel_diff, wait_until
 
 from conftest import OPT

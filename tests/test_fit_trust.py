@@ -12,7 +12,7 @@ import pytest
 import gluondist
 from gluondist import checkpoint
 from gluondist.callbacks import Callback
-from gluondist.monitored import EarlyStopping
+from gluondist.training.monitored import EarlyStopping
 from conftest import curves, fit_mlp, mlp, param_sum, rel_diff
 
 _fit = fit_mlp

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import SCRIPTS, TAG, kill_tagged, wait_until
 from gluondist.launcher.monitor import free_ports
-from gluondist.manifests import kubernetes, scheduler_host
+from gluondist.launcher.kubernetes import kubernetes, scheduler_host
 
 pytestmark = pytest.mark.slow
 INDEX_ANNOTATION = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
@@ -172,7 +172,7 @@ def test_sigterm_reaches_a_process_that_left_the_roles_group(tmp_path):
         f"open({str(tmp_path / 'pid')!r}, 'w').write(str(p.pid))\n"
         "time.sleep(600)\n")
     env = {**os.environ, "JOB_COMPLETION_INDEX": "2"}
-    pod = subprocess.Popen([sys.executable, "-m", "gluondist.launcher.pod", "--servers", "1",
+    pod = subprocess.Popen([sys.executable, "-m", "gluondist.launcher.child.pod", "--servers", "1",
                             "--", "python", str(script)], env=env)
     try:
         wait_until(lambda: (tmp_path / "pid").exists() and (tmp_path / "pid").read_text(),

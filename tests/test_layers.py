@@ -8,7 +8,7 @@ from conftest import ROOT
 
 PACKAGE = ROOT / "gluondist"
 # the launcher's modules and what they share; kvstore/parallel/training are fit's
-LAUNCHER = ("gluondist.cli", "gluondist.manifests", "gluondist.heartbeat", "gluondist.kinds",
+LAUNCHER = ("gluondist.cli", "gluondist.heartbeat", "gluondist.kv.kinds",
             "gluondist.envvars")
 
 
@@ -59,7 +59,7 @@ def test_no_import_cycle_in_the_launcher():
 
 def test_lower_layers_import_neither_click_nor_mxnet():
     code = ("import sys; import gluondist.launcher.session, gluondist.launcher.api, "
-            "gluondist.heartbeat, gluondist.manifests, gluondist.launcher.pod; "
+            "gluondist.heartbeat, gluondist.launcher.kubernetes, gluondist.launcher.child.pod; "
             "bad = {'click', 'mxnet'} & set(sys.modules); assert not bad, bad")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -67,9 +67,30 @@ def test_lower_layers_import_neither_click_nor_mxnet():
 
 def test_what_workers_and_pods_import_first_is_standard_library():
     code = ("import sys; before = set(sys.modules); import gluondist.heartbeat, "
-            "gluondist.launcher.bootstrap, gluondist.launcher.pod, gluondist.launcher.roles; "
+            "gluondist.launcher.child.bootstrap, gluondist.launcher.child.pod, "
+            "gluondist.launcher.roles; "
             "new = {m.split('.')[0] for m in set(sys.modules) - before}; "
             "extra = new - set(sys.stdlib_module_names) - {'gluondist'}; "
             "assert not extra, extra")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_code_that_runs_in_the_launchers_children_imports_only_its_own_layer():
+    known = modules()
+    # a pod builds its role like the launcher does (roles.py); a server loads optimizers
+    shared = {"gluondist", "gluondist.envvars", "gluondist.launcher.roles",
+              "gluondist.kv.safepickle"}
+    child = {m for m in known if m.startswith("gluondist.launcher.child")}
+    reach = {m: imports(m, known[m], known) - child - shared for m in child}
+    assert {m: found for m, found in reach.items() if found} == {}
+
+
+def test_the_launcher_never_imports_training_code():
+    known = modules()
+    launcher = {m for m in known if m.startswith("gluondist.launcher")}
+    training = ("gluondist.training", "gluondist.kv.job", "gluondist.kv.trainer",
+                "gluondist.kvstore", "gluondist.parallel")
+    reach = {m: {d for d in imports(m, known[m], known) if d.startswith(training)}
+             for m in launcher}
+    assert {m: found for m, found in reach.items() if found} == {}

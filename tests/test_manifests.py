@@ -3,7 +3,7 @@ import json
 import kubernetes_validate
 import pytest
 
-from gluondist.manifests import kubernetes
+from gluondist.launcher.kubernetes import kubernetes
 from conftest import ROOT, run_cli
 
 K8S = "1.30.0"
@@ -47,7 +47,7 @@ def test_one_indexed_job_that_fails_whole_on_any_nonzero_exit():
     assert service["spec"]["selector"] == spec["template"]["metadata"]["labels"]
     (container,) = pod["containers"]
     assert container["command"] == [
-        "python", "-m", "gluondist.launcher.pod", "--servers", "2", "--kvstore", "dist_async",
+        "python", "-m", "gluondist.launcher.child.pod", "--servers", "2", "--kvstore", "dist_async",
         "--", "python", "t.py", "--x"]
     assert env_of(container) == {
         "DMLC_PS_ROOT_URI": "train-0.train", "DMLC_PS_ROOT_PORT": "9000",
@@ -66,7 +66,7 @@ def test_per_role_jobs_give_gpus_to_workers_only():
         (container,) = spec["template"]["spec"]["containers"]
         assert spec["completions"] == count and spec["activeDeadlineSeconds"] == 600
         assert container["command"] == [
-            "python3", "-m", "gluondist.launcher.pod", "--servers", "2", "--kvstore",
+            "python3", "-m", "gluondist.launcher.child.pod", "--servers", "2", "--kvstore",
             "dist_sync", "--role", role, "--", "python3", "t.py"]
         assert env_of(container)["DMLC_PS_ROOT_URI"] == "train-scheduler-0.train"
         assert ("resources" in container) == (role == "worker")

@@ -16,7 +16,7 @@ import pytest
 import gluondist
 import netns
 from conftest import SCRIPTS, rel_diff, wait_until
-from gluondist.launcher import ssh
+from gluondist.launcher.transports import ssh
 from gluondist.launcher.monitor import LOST_EXIT
 from test_fit_launch import job_results, one_process, total
 

@@ -11,7 +11,7 @@ PY = "/usr/bin/python3.11"
 JOB = str(SCRIPTS / "job.py")
 COMMON = {"DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": "9000", "DMLC_NUM_WORKER": "2",
           "DMLC_NUM_SERVER": "1", "DMLC_NODE_HOST": "127.0.0.1", "PS_VERBOSE": "1"}
-BOOT = (PY, "-m", "gluondist.launcher.bootstrap")
+BOOT = (PY, "-m", "gluondist.launcher.child.bootstrap")
 
 
 def test_plan_for_two_workers_and_one_server():
@@ -19,9 +19,9 @@ def test_plan_for_two_workers_and_one_server():
     plan = build_plan(options, 9000, [9103, 9101, 9102], cores=4, base_env={})
     assert plan.port == 9000
     assert plan.specs == (
-        ProcessSpec("scheduler", 0, "127.0.0.1", (PY, "-m", "gluondist.launcher.server"),
+        ProcessSpec("scheduler", 0, "127.0.0.1", (PY, "-m", "gluondist.launcher.child.server"),
                     {**COMMON, "DMLC_ROLE": "scheduler", "OMP_NUM_THREADS": "1", "X": "1"}),
-        ProcessSpec("server", 0, "127.0.0.1", (PY, "-m", "gluondist.launcher.server"),
+        ProcessSpec("server", 0, "127.0.0.1", (PY, "-m", "gluondist.launcher.child.server"),
                     {**COMMON, "DMLC_ROLE": "server", "OMP_NUM_THREADS": "1", "PORT": "9101",
                      "X": "1"}),
         ProcessSpec("worker", 0, "127.0.0.1", (*BOOT, JOB, "-n", "8"),
@@ -80,7 +80,7 @@ def test_commands_that_are_not_scripts():
     module = build_plan(LaunchOptions((sys.executable, "-m", "pkg.train", "a"),
                                       python=sys.executable), 1, (), 1, {})
     assert module.of_role("worker")[0].argv == (
-        sys.executable, "-m", "gluondist.launcher.bootstrap", "-m", "pkg.train", "a")
+        sys.executable, "-m", "gluondist.launcher.child.bootstrap", "-m", "pkg.train", "a")
     other = build_plan(LaunchOptions(("env", "true"), python=sys.executable), 1, (), 1, {})
     assert other.of_role("worker")[0].argv == ("env", "true")
 
@@ -107,7 +107,7 @@ def test_dry_run_prints_every_process_and_starts_none(tmp_path):
     assert proc.returncode == 0, proc.stderr
     heads = [l for l in proc.stdout.splitlines() if not l.startswith(" ")]
     assert [h.split(" on ")[0] for h in heads] == ["scheduler", "server 0", "worker 0", "worker 1"]
-    assert heads[2].endswith(f"-m gluondist.launcher.bootstrap {JOB} --flag")
+    assert heads[2].endswith(f"-m gluondist.launcher.child.bootstrap {JOB} --flag")
     assert "    DMLC_ROLE=worker" in proc.stdout and "    GLUONDIST_RANK=1" in proc.stdout
 
 
@@ -151,7 +151,7 @@ def test_one_builder_for_every_role_and_the_kubernetes_index():
     assert role_env("server", 0, "dist_sync") == {"DMLC_ROLE": "server"}
     # `<this python> SCRIPT.py` runs under the bootstrap too (the Kubernetes pod's case)
     assert worker_argv((sys.executable, "t.py", "-x"), sys.executable) == (
-        sys.executable, "-m", "gluondist.launcher.bootstrap", "t.py", "-x")
+        sys.executable, "-m", "gluondist.launcher.child.bootstrap", "t.py", "-x")
     assert worker_argv(("/bin/sh", "t.py"), sys.executable) == ("/bin/sh", "t.py")
 
 

@@ -8,7 +8,7 @@ import time
 
 import gluondist
 from conftest import wait_until
-from gluondist.launcher import remote
+from gluondist.launcher.child import remote
 
 # a command that leaves a grandchild in a process group of its own, and prints both pids
 TREE = ("import os, subprocess, sys, time; "
@@ -19,7 +19,7 @@ TREE = ("import os, subprocess, sys, time; "
 def start(job, tmp_path):
     job = {"protocol": remote.PROTOCOL, "env": {}, "cwd": str(tmp_path), "worker": False,
            "progress": False, "silence": None, **job}
-    proc = subprocess.Popen([sys.executable, "-m", "gluondist.launcher.remote"],
+    proc = subprocess.Popen([sys.executable, "-m", "gluondist.launcher.child.remote"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdin.write((json.dumps(job) + "\n").encode())
     proc.stdin.flush()
@@ -94,7 +94,7 @@ def test_a_tree_that_ignores_sigterm_is_killed(tmp_path):
 
 
 def test_preflight_reports_the_version_and_protocol():
-    out = subprocess.run([sys.executable, "-m", "gluondist.launcher.remote", "--preflight"],
+    out = subprocess.run([sys.executable, "-m", "gluondist.launcher.child.remote", "--preflight"],
                          capture_output=True, text=True, timeout=60, check=True).stdout
     assert json.loads(out) == {"gluondist": gluondist.__version__,
                                "protocol": remote.PROTOCOL, "mxnet": True}

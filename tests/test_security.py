@@ -12,9 +12,9 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from gluondist import safepickle
-from gluondist.launcher import server
-from gluondist.safepickle import Refused, check_sendable, load_optimizer
+from gluondist.kv import safepickle
+from gluondist.launcher.child import server
+from gluondist.kv.safepickle import Refused, check_sendable, load_optimizer
 
 from conftest import ROOT, SCRIPTS
 
@@ -195,7 +195,7 @@ def test_nothing_in_gluondist_loads_a_pickle_but_the_restricted_unpickler():
     package = ROOT / "gluondist"
     found = {str(p.relative_to(ROOT)): pickle_loads_in(p) for p in package.rglob("*.py")}
     assert {p: lines for p, lines in found.items() if lines} == {
-        "gluondist/safepickle.py": [pickle_loads_in(package / "safepickle.py")[0]]}
+        "gluondist/kv/safepickle.py": [pickle_loads_in(package / "kv" / "safepickle.py")[0]]}
 
 
 def test_the_pickle_check_finds_each_form(tmp_path):

@@ -12,7 +12,7 @@ import venv
 import pytest
 
 from conftest import ROOT, SCRIPTS, wait_until
-from gluondist.launcher import ssh
+from gluondist.launcher.transports import ssh
 from gluondist.launcher.monitor import free_ports
 from gluondist.launcher.options import LaunchError
 

@@ -51,7 +51,7 @@ def test_an_interrupt_between_a_spawn_and_its_record_orphans_nothing(tmp_path, m
     # The interrupt arrives while worker 0 is started but not yet returned to the group: the
     # widest version of the window in which it used to leave that worker running unrecorded.
     from gluondist.launcher.options import LaunchOptions
-    from gluondist.launcher.process import LocalTransport
+    from gluondist.launcher.transports.local import LocalTransport
     from gluondist.launcher.session import launch_job
 
     class InterruptedRightAfterSpawn(LocalTransport):
@@ -164,7 +164,7 @@ def test_a_handler_that_holds_the_interpreter_is_ended_by_the_alarm(tmp_path):
         raise RuntimeError("failed")
     """))
     env = dict(os.environ, GLUONDIST_EXIT_GRACE="1")
-    proc = subprocess.run([sys.executable, "-m", "gluondist.launcher.bootstrap", str(script)],
+    proc = subprocess.run([sys.executable, "-m", "gluondist.launcher.child.bootstrap", str(script)],
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == -signal.SIGALRM, proc.stderr
     assert "RuntimeError: failed" in proc.stderr

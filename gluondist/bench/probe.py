@@ -16,8 +16,8 @@ import socket
 import time
 from typing import Optional
 
-from gluondist import envvars as ev
-from gluondist import kvstore
+from .. import envvars as ev
+from .. import kvstore
 
 BLOCK = 1 << 16
 TIMEOUT = 60.0  # seconds for the connection and the transfer: a probe never hangs a bench

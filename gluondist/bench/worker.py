@@ -12,9 +12,10 @@ import json
 import sys
 import time
 
+# absolute imports: the launcher runs this file by its path, as a script
 from gluondist import kvstore
 from gluondist._mx import mx
-from gluondist.bench import key_sizes
+from gluondist.bench.kvstore import key_sizes
 from gluondist.bench.probe import probe
 
 WARMUP = 3

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional
 
 from .plan import LaunchPlan, ProcessSpec
 from .process import Child, ProcessGroup
-from .proctree import describe_exit, exit_status
+from .child.proctree import describe_exit, exit_status
 from .stall import STALL_EXIT, StallWatch
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Dict, Optional, Tuple, Union
 
 from .. import envvars as ev
-from ..kinds import DIST_KINDS
+from ..kv.kinds import DIST_KINDS
 from .errors import LaunchError  # noqa: F401  (its old home; gluondist.launcher.errors now)
 from .hosts import Host, place
 

@@ -1,7 +1,7 @@
 """Start, watch and stop the processes of a plan, like torchrun's PContext.
 
 Each child runs in its own session (process group), so one ``killpg`` takes its whole tree and
-a Ctrl-C at the terminal reaches only the launcher. A small reaper process (reaper.py) holds
+a Ctrl-C at the terminal reaches only the launcher. A small reaper process (child/reaper.py) holds
 the other end of a pipe from the launcher: if the launcher dies, even by SIGKILL, the pipe
 closes and the reaper kills every group it was told about.
 
@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from typing import Callable, Deque, List, Optional, Sequence, Tuple
 
 from .. import envvars as ev
-from . import errorfile
+from .child import errorfile
+from .child.proctree import process_state, session_pids, signal_tree
 from .errors import LaunchError
 from .plan import ProcessSpec
-from .proctree import (STACK_SIGNAL, kill_quietly, process_state, session_cpu, session_pids,
-                       signal_tree)
 from .roles import runs_bootstrap
-from .transport import Transport
+from .transports import Transport
+from .transports.local import LocalTransport
 
 TAIL_LINES = 40
 REAP_WAIT = 5.0  # how long the teardown waits for the processes to die after SIGKILL
@@ -42,45 +42,6 @@ WAIT_TICK = 0.02  # seconds between looks at a start or teardown that must not b
 log = logging.getLogger(__name__)
 
 SIDE = "gluondist-"
-
-
-class LocalTransport:
-    """Starts a spec on this machine (see transport.Transport): with ``progress`` the worker
-    inherits a pipe's write end named by GLUONDIST_PROGRESS_FD, its side channel;
-    ``error_file`` is where its bootstrap records an exception."""
-
-    error_records = tree_cpu_known = True
-
-    def spawn(self, spec: ProcessSpec, progress: bool = False,
-              error_file: Optional[str] = None) -> Tuple[subprocess.Popen, Optional[object]]:
-        env = {**os.environ, **spec.env}
-        if error_file:
-            env[ev.GLUONDIST_ERROR_FILE] = error_file
-        if not progress:
-            return subprocess.Popen(list(spec.argv), env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    start_new_session=True), None
-        read, write = os.pipe()
-        try:
-            env[ev.GLUONDIST_PROGRESS_FD] = str(write)
-            proc = subprocess.Popen(list(spec.argv), env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    start_new_session=True, pass_fds=(write,))
-        except BaseException:
-            os.close(read)
-            raise
-        finally:
-            os.close(write)
-        return proc, os.fdopen(read, "rb")
-
-    def request_stack(self, proc: subprocess.Popen) -> None:
-        kill_quietly(proc.pid, STACK_SIGNAL)
-
-    def tree_cpu(self, child: "Child") -> Optional[float]:
-        return session_cpu(child.proc.pid)
-
-    def lost(self, child: "Child") -> bool:
-        return False  # nothing between the launcher and its children to lose
 
 
 def added_at_start(spec: ProcessSpec, launcher: str, progress: bool) -> dict:
@@ -212,7 +173,7 @@ class ProcessGroup:
 
     def _start(self) -> None:
         logs = self._open_logs()  # first: a log that cannot be written stops nothing
-        self._reaper = subprocess.Popen([sys.executable, "-m", "gluondist.launcher.reaper"],
+        self._reaper = subprocess.Popen([sys.executable, "-m", "gluondist.launcher.child.reaper"],
                                         stdin=subprocess.PIPE, start_new_session=True)
         self._errors_dir = tempfile.mkdtemp(prefix="gluondist-errors-")
         for spec, log in zip(self.specs, logs):

@@ -15,9 +15,9 @@ from .. import envvars as ev
 ROLES = ("scheduler", "server", "worker")
 # Scheduler and servers run MXNet's server loop behind gluondist's controller, which loads
 # no pickle but an MXNet optimizer's (server.py); they never run the user's script.
-SERVER_MODULE = "gluondist.launcher.server"
+SERVER_MODULE = "gluondist.launcher.child.server"
 SERVER_ARGV = ("-m", SERVER_MODULE)
-BOOTSTRAP_MODULE = "gluondist.launcher.bootstrap"
+BOOTSTRAP_MODULE = "gluondist.launcher.child.bootstrap"
 BOOTSTRAP = ("-m", BOOTSTRAP_MODULE)
 
 

@@ -90,7 +90,7 @@ def resolve(options: LaunchOptions, base_env: Mapping[str, str]) -> LaunchOption
     if options.launcher == "slurm":
         if options.hosts:
             raise LaunchError("--launcher slurm takes its hosts from the allocation; drop -H")
-        from .slurm import allocation_hosts
+        from .transports.slurm import allocation_hosts
         options = dataclasses.replace(options, hosts=allocation_hosts(base_env),
                                       hosts_source="the Slurm allocation")
     options.validate()
@@ -191,7 +191,7 @@ def _reachable(options: LaunchOptions, every_host, attempt: int,
     The options on the hosts left, or None (said why) when their slots no longer hold -n
     workers, or the server hosts left no longer -s servers: neither is ever lowered (-n sets
     the global batch)."""
-    from .ssh import check_hosts
+    from .transports.ssh import check_hosts
     hosts, server_hosts = every_host
     names = list(dict.fromkeys(h.name for h in (*hosts, *server_hosts)))
     problems = check_hosts(names, options.python, options.ssh_config)
@@ -240,13 +240,13 @@ def _attempt(options, plan, on_line, transport, restarts, show, stop) -> LaunchR
 
 def _transport(options: LaunchOptions, base_env: Mapping[str, str]):
     if options.launcher == "ssh":
-        from .ssh import SshTransport, preflight
+        from .transports.ssh import SshTransport, preflight
         preflight([h.name for h in options.all_hosts], options.python, options.ssh_config)
         return SshTransport(options.python, base_env, os.getcwd(), options.ssh_config)
     if options.launcher == "slurm":
-        from .slurm import SrunTransport
+        from .transports.slurm import SrunTransport
         return SrunTransport()
-    from .process import LocalTransport
+    from .transports.local import LocalTransport
     return LocalTransport()
 
 

@@ -7,7 +7,7 @@ from typing import Dict, List, Optional
 
 from ..heartbeat import INTERVAL
 from .process import Child
-from .transport import Transport
+from .transports import Transport
 
 CPU_SAMPLE = 1.0  # seconds between CPU readings of a worker without a heartbeat
 CPU_BUSY = 0.05  # CPU seconds per sample that count as progress (5% of a core)

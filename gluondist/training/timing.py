@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Dict, Iterator, Optional
 
-from ._mx import mx
+from .._mx import mx
 
 KEYS = ("data_seconds", "compute_seconds", "sync_seconds")
 # Every 10th batch is timed phase by phase: its waitall() calls cost a pipeline stall each, so

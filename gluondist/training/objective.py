@@ -8,7 +8,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from . import metrics as mtr
-from ._mx import mx
+from .._mx import mx
 
 
 class Objective:

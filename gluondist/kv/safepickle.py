@@ -3,7 +3,7 @@
 ``kv.set_optimizer`` pickles the optimizer (protocol 0) and MXNet's server loop runs
 ``pickle.loads`` on it, from any peer: ps-lite authenticates no one, so a plain load would let
 anyone who reaches a server's port run code as its user. gluondist's servers
-(``gluondist.launcher.server``) load it here instead, through an unpickler whose
+(``gluondist.launcher.child.server``) load it here instead, through an unpickler whose
 ``find_class`` allows only what MXNet's own optimizers pickle to (the pickle module's
 "Restricting Globals" recipe). The set was found by pickling every registered optimizer with
 every lr_scheduler and the options users set; ``tests/test_server.py`` repeats that search.

@@ -6,7 +6,7 @@ import logging
 import os
 from typing import Optional, Sequence
 
-from ._mx import mx
+from .._mx import mx
 from .callbacks import Callback, check_writable_file
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class EarlyStopping(_Monitor, Callback):
 
     def on_train_end(self, run):
         if self.restore_best_weights and self.best_weights is not None:
-            from .parallel import assign
+            from ..parallel import assign
             for name, p in run.net._collect_params_with_prefix().items():
                 assign(p, self.best_weights[name])
             log.info("restored the weights of epoch %d (best %s %.6g)", self.best_epoch + 1,

@@ -1,4 +1,4 @@
-"""The remote side of ``--launcher ssh``: ``python -m gluondist.launcher.remote`` runs one
+"""The remote side of ``--launcher ssh``: ``python -m gluondist.launcher.child.remote`` runs one
 process of a job on its host and ends its whole process tree when the launcher is gone.
 
 Protocol (version ``PROTOCOL``; the launcher's preflight checks that both sides run the same
@@ -35,8 +35,8 @@ import threading
 import time
 from typing import Optional
 
-from .. import __version__
-from .. import envvars as ev
+from ... import __version__
+from ... import envvars as ev
 from .proctree import STACK_SIGNAL, session_cpu, signal_tree
 
 PROTOCOL = 1
@@ -167,7 +167,7 @@ def main(argv=None) -> int:
         print(json.dumps(preflight_report()), flush=True)
         return 0
     if argv:
-        print("usage: python -m gluondist.launcher.remote [--preflight] (the job as JSON on "
+        print("usage: python -m gluondist.launcher.child.remote [--preflight] (the job as JSON on "
               "stdin)", file=sys.stderr)
         return 2
     # stdin unbuffered: a thread blocked in a buffered readline holds the buffer's lock, and

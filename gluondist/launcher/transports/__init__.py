@@ -1,5 +1,5 @@
 """What the process group needs of a transport: the one interface that starts a spec on this
-machine (process.LocalTransport), over ssh (ssh.SshTransport) or as a Slurm step
+machine (local.LocalTransport), over ssh (ssh.SshTransport) or as a Slurm step
 (slurm.SrunTransport). The monitor and the stall watch use nothing else."""
 from __future__ import annotations
 

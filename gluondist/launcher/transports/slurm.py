@@ -12,10 +12,10 @@ import signal
 import subprocess
 from typing import Mapping, Tuple
 
-from .. import envvars as ev
-from .hosts import Host, parse_slurm_tasks
-from .errors import LaunchError
-from .plan import ProcessSpec
+from ... import envvars as ev
+from ..hosts import Host, parse_slurm_tasks
+from ..errors import LaunchError
+from ..plan import ProcessSpec
 
 
 def allocation_hosts(env: Mapping[str, str]) -> Tuple[Host, ...]:
@@ -45,7 +45,7 @@ def _scontrol(args) -> str:
 
 class SrunTransport:
     """No side channel (the steps run on other nodes): errors come from the log tail, and
-    stall detection is refused for Slurm by the options (see transport.Transport)."""
+    stall detection is refused for Slurm by the options (see transports.Transport)."""
 
     error_records = tree_cpu_known = False
 

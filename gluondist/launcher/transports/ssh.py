@@ -1,7 +1,7 @@
 """Start a plan's processes on other hosts over ssh.
 
 ssh runs non-interactively (BatchMode: no password prompt can hang the job). The remote side is
-the module gluondist.launcher.remote (see its docstring for the protocol): it reads the
+the module gluondist.launcher.child.remote (see its docstring for the protocol): it reads the
 process's argv, environment and working directory as one JSON line from stdin, so none of it
 is quoted into a shell or shown by `ps`, runs the command in its own session, and ends the
 command's whole tree when stdin ends (the launcher stopped or died) or when the launcher's
@@ -22,11 +22,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from .. import __version__
-from .. import envvars as ev
-from .errors import LaunchError
-from .plan import ProcessSpec
-from .remote import PROTOCOL
+from ... import __version__
+from ... import envvars as ev
+from ..errors import LaunchError
+from ..plan import ProcessSpec
+from ..child.remote import PROTOCOL
 
 # Names never forwarded: they describe the launcher's own host or session, or are set per
 # process by the plan.
@@ -35,7 +35,7 @@ DENY = {"HOME", "PWD", "OLDPWD", "SHELL", "USER", "LOGNAME", "HOSTNAME", "TERM",
         ev.CUDA_VISIBLE_DEVICES}
 DENY_PREFIXES = ("SSH_", "XDG_", "DMLC_", "PS_", "GLUONDIST_", "BASH_FUNC_")
 
-REMOTE = "gluondist.launcher.remote"
+REMOTE = "gluondist.launcher.child.remote"
 KEEPALIVE = 3.0  # seconds between the launcher's keepalive lines to each remote side
 # How long a remote side waits without a keepalive before it ends its process tree: long
 # enough for TCP to retransmit across a blip of several seconds, short enough that a cut-off
@@ -62,7 +62,7 @@ def ssh_argv(host: str, remote: Sequence[str], ssh_config: Optional[str] = None)
 class SshTransport:
     """Starts each spec on its host through ssh; the process group treats it like a local one
     (killing the local ssh ends the remote tree through the remote side). The remote side
-    relays error records and CPU time on the side channel (see transport.Transport)."""
+    relays error records and CPU time on the side channel (see transports.Transport)."""
 
     error_records = tree_cpu_known = True
 

@@ -14,8 +14,8 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from . import envvars
-from ._mx import mx
+from .. import envvars
+from .._mx import mx
 from .kinds import DIST_KINDS, KINDS, Mode
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 its MXJob operator in training-operator 1.9), no controller of ours.
 
 One Indexed Job runs every process of the job; the completion index picks the role (0 the
-scheduler, then the servers, then the workers: gluondist.launcher.pod). A ``podFailurePolicy``
+scheduler, then the servers, then the workers: gluondist.launcher.child.pod). A ``podFailurePolicy``
 rule fails the whole Job on any non-zero exit, and Kubernetes then ends every other pod of it;
 when every index succeeds the Job completes. A headless Service gives the pods stable DNS names
 (``<name>-0.<name>`` is the scheduler). Every node advertises its Pod IP (downward API). Each
@@ -15,13 +15,13 @@ import copy
 import re
 from typing import Dict, List, Optional, Sequence
 
-from . import envvars as ev
-from .kinds import DIST_KINDS
-from .launcher.errors import LaunchError
-from .launcher.roles import is_python, job_env
+from .. import envvars as ev
+from ..kv.kinds import DIST_KINDS
+from .errors import LaunchError
+from .roles import is_python, job_env
 
 CONTAINER = "gluondist"
-POD_ENTRY = ("-m", "gluondist.launcher.pod")
+POD_ENTRY = ("-m", "gluondist.launcher.child.pod")
 GRACE_SECONDS = 15  # how long a pod may take to stop once the Job failed, then SIGKILL
 SCHEDULER_PORT = 9091  # the scheduler's port in its pod (--port; any port the pods may use)
 

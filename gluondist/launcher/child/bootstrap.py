@@ -24,8 +24,8 @@ import sys
 import time
 import traceback
 
-from gluondist import envvars
-from gluondist.launcher import errorfile
+from ... import envvars
+from . import errorfile
 
 STACK_SIGNAL = signal.SIGUSR1
 EXIT_GRACE = 10.0  # seconds for atexit handlers and flushes after a failure (default)
@@ -92,7 +92,8 @@ def _show_gluondist_logs() -> None:
 
 def main(argv) -> None:
     if not argv:
-        sys.stderr.write("usage: python -m gluondist.launcher.bootstrap SCRIPT.py|-m MODULE ...\n")
+        sys.stderr.write("usage: python -m gluondist.launcher.child.bootstrap "
+                         "SCRIPT.py|-m MODULE ...\n")
         _leave(2)
     _show_gluondist_logs()
     faulthandler.register(STACK_SIGNAL, all_threads=True)

@@ -1,5 +1,5 @@
 """The container command of a Kubernetes job (see gluondist/manifests.py),
-``python -m gluondist.launcher.pod --servers S --kvstore K [--role R] -- COMMAND ...``.
+``python -m gluondist.launcher.child.pod --servers S --kvstore K [--role R] -- COMMAND ...``.
 
 In one Indexed Job for the whole job the completion index picks the role: index 0 runs the
 scheduler, the next S the servers (MXNet's server loop), the rest the workers (COMMAND under
@@ -17,15 +17,15 @@ import subprocess
 import sys
 import threading
 
-from gluondist.envvars import JOB_COMPLETION_INDEX as INDEX
-from gluondist.launcher.proctree import signal_tree
-from gluondist.launcher.roles import role_env, role_of_index, server_argv, worker_argv
+from ...envvars import JOB_COMPLETION_INDEX as INDEX
+from ..roles import role_env, role_of_index, server_argv, worker_argv
+from .proctree import signal_tree
 
 STOP_GRACE = 5.0  # seconds between passing SIGTERM on and SIGKILL
 
 
 def main(argv) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gluondist.launcher.pod")
+    parser = argparse.ArgumentParser(prog="python -m gluondist.launcher.child.pod")
     parser.add_argument("--servers", type=int, required=True)
     parser.add_argument("--kvstore", default="dist_sync")
     parser.add_argument("--role", choices=("scheduler", "server", "worker"))

@@ -9,8 +9,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import envvars, parallel
-from ._mx import mx
+from .. import envvars, parallel
+from .._mx import mx
 from .job import JOB, SERVER_HASH
 from .kinds import Mode
 from .safepickle import check_sendable
@@ -286,7 +286,7 @@ class TrainStep:
     def __call__(self, global_count: int, clock=None) -> None:
         """After backward of one batch: update now, or (``accumulate=k``) every k-th batch
         with the sum of the k batches' gradients, as one batch of all their samples. A
-        ``clock`` (see :mod:`gluondist.timing`) gets the push/pull and update phases."""
+        ``clock`` (see :mod:`gluondist.training.timing`) gets the push/pull and update phases."""
         self._pending += global_count
         self._batches += 1
         if self._batches == self.accumulate:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Dict, List, Sequence, Tuple
 
-from ._mx import mx
+from .._mx import mx
 
 
 class DeviceSums:

@@ -8,7 +8,7 @@ import random
 
 import numpy as np
 
-from ._mx import mx
+from .._mx import mx
 from .callbacks import Callback, Checkpointer
 from .metrics import last_line
 

@@ -1,4 +1,4 @@
-"""The scheduler's and servers' program, ``python -m gluondist.launcher.server``: MXNet's
+"""The scheduler's and servers' program, ``python -m gluondist.launcher.child.server``: MXNet's
 server loop with a controller that cannot be made to run code, and whose errors end it.
 
 A scheduler or server that merely imports mxnet runs MXNet's own loop
@@ -7,7 +7,7 @@ command 0 (what ``kv.set_optimizer`` sends) from any peer: ps-lite has no authen
 anyone who reaches the port runs code as the server's user. And an exception in its
 controller or in the optimizer's update is printed by ctypes and ignored: training goes on
 without the optimizer, and the job ends with code 0. Here the optimizer goes through
-:func:`gluondist.safepickle.load_optimizer`, and a refusal or an exception in the controller
+:func:`gluondist.kv.safepickle.load_optimizer`, and a refusal or an exception in the controller
 or the updater prints one line (and the traceback) and ends the server with ``FAILED``, so the
 launcher fails the job with this server as its root cause. The launcher starts this for the
 scheduler and servers wherever it starts them (local, ssh, Slurm, the Kubernetes pod).
@@ -18,7 +18,7 @@ import os
 import sys
 import traceback
 
-from gluondist import envvars as ev
+from ... import envvars as ev
 
 FAILED = 1  # the exit code of a server that refused a command or whose Python code raised
 CONTROLLER = 0  # the one command MXNet hands to Python (kController); the rest stay in C++
@@ -26,8 +26,8 @@ CONTROLLER = 0  # the one command MXNet hands to Python (kController); the rest 
 
 def handle(command: int, body: bytes):
     """The optimizer that command ``command`` with ``body`` sets, or
-    :class:`~gluondist.safepickle.Refused`."""
-    from gluondist.safepickle import Refused, load_optimizer
+    :class:`~gluondist.kv.safepickle.Refused`."""
+    from ...kv.safepickle import Refused, load_optimizer
     if command != CONTROLLER:
         raise Refused(f"an unknown command ({command})")
     return load_optimizer(body)
@@ -59,7 +59,7 @@ def _serve() -> None:
     import mxnet as mx
     from mxnet.kvstore.kvstore_server import KVStoreServer
 
-    from gluondist.safepickle import Refused
+    from ...kv.safepickle import Refused
 
     class Server(KVStoreServer):
         def _controller(self):
@@ -79,7 +79,8 @@ def _serve() -> None:
 def main() -> int:
     role = os.environ.get(ev.DMLC_ROLE)
     if role not in ("scheduler", "server"):
-        sys.stderr.write(f"python -m gluondist.launcher.server: needs {ev.DMLC_ROLE}=scheduler "
+        sys.stderr.write(f"python -m gluondist.launcher.child.server: "
+                         f"needs {ev.DMLC_ROLE}=scheduler "
                          f"or server (got {role!r}); gluondist launch sets it\n")
         return 2
     # MXNet starts its own (unsafe) loop while mxnet is imported, unless this process looks

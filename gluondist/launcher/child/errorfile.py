@@ -13,7 +13,7 @@ import socket
 import time
 from typing import List, Optional
 
-from .. import envvars as ev
+from ... import envvars as ev
 
 
 def write(path: str, exc: BaseException, traceback_lines: List[str],

@@ -17,8 +17,8 @@ from typing import Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from ._mx import mx
-from .parallel import split
+from .._mx import mx
+from ..parallel import split
 
 
 

@@ -6,7 +6,7 @@ from typing import Dict, Tuple, Union
 
 import numpy as np
 
-from . import kvstore as kvs, parallel
+from .. import kvstore as kvs, parallel
 from .data import check_count, check_not_all_dropped, source
 from .metrics import last_line
 from .objective import (Objective, Tally, check_batch, check_float32, forward, named_inputs,

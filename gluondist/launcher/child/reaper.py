@@ -1,4 +1,4 @@
-"""The launcher's reaper, ``python -m gluondist.launcher.reaper``, started in a session of its
+"""The launcher's reaper, ``python -m gluondist.launcher.child.reaper``, started in a session of its
 own. It reads ``+ PGID`` and ``- PGID`` lines (a child started or reaped) and ``done`` on
 stdin. Should stdin end without ``done``, the launcher died, even by SIGKILL: every group it
 was told about gets SIGKILL, with every process of its session (see proctree.signal_tree).
@@ -6,7 +6,7 @@ Standard library and proctree.py only."""
 import signal
 import sys
 
-from gluondist.launcher.proctree import signal_tree
+from .proctree import signal_tree
 
 
 def main(lines) -> int:

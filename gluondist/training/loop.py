@@ -16,14 +16,15 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from . import checkpoint, envvars, kvstore as kvs, parallel, timing
-from ._mx import mx
+from .. import checkpoint, envvars, kvstore as kvs, parallel
+from . import timing
+from .._mx import mx
 from .arguments import check_callbacks, check_optimizer, checkpoint_dir_of, seed_all
 from .callbacks import (Callback, CallbackList, Checkpointer, EpochLogger, Heartbeat,
                         History, ProgressBar, StopAgreement)
 from .data import check_count, check_not_all_dropped, source
 from .evaluation import SHARD_HINT, differences, run_pass
-from .kinds import Mode
+from ..kv.kinds import Mode
 from .objective import Tally, check_batch, check_float32
 
 # One process reads the losses of 8 batches in one host sync per device: the device runs that
@@ -73,7 +74,7 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
         callbacks: Optional[Sequence[Callback]] = None, checkpoint_dir=None, resume=True,
         progress=None, seed=None, terminate_on_nan=True, accumulate=1, loss_weights=None,
         class_weight=None) -> History:
-    """Train ``net`` and return a :class:`~gluondist.callbacks.History`.
+    """Train ``net`` and return a :class:`~gluondist.training.callbacks.History`.
 
     ``train_data``/``val_data``: an ``(X, y)`` tuple of numpy arrays or NDArrays, a
     ``gluon.data.Dataset`` or a ``DataLoader``. ``batch_size`` is per worker (default: the

@@ -1,0 +1,193 @@
+"""``gluondist bench kvstore``: measure a dist_sync job's communication for several server
+counts and layouts, next to the cost model's prediction, and recommend a count and a layout.
+
+Each row is a real job started through the launcher's one path (the same placement,
+supervision and failure reports as ``gluondist launch``); its workers run ``worker.py``, which
+communicates through the same trainer path as ``fit`` (gradients in chunks). The model
+(model.py) counts the bytes on every link for the placement the job really ran (its plan) and
+MXNet's placement of the keys, calibrated once per bench by the first row whose bytes cross a
+link; a raw TCP probe between two of the job's hosts gives the link bound each row's
+efficiency is measured against.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
+
+from .. import envvars as ev
+from .model import DEFAULT_BIGARRAY_BOUND, Layout, calibrate, key_parts, link_bytes, predict
+
+PREFIX = "gluondist-bench "
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
+WITHIN = 0.10  # a recommendation is the fewest servers within this of the best step time
+
+
+def key_sizes(mbytes: float, keys: int) -> List[int]:
+    """float32 elements per key: ``mbytes`` split as evenly as possible into ``keys`` arrays."""
+    total = max(keys, int(mbytes * 2 ** 20 / 4))
+    return [total // keys + (1 if i < total % keys else 0) for i in range(keys)]
+
+
+def sent_sizes(sizes: Sequence[int], chunk_bytes: int) -> List[int]:
+    """The arrays as the kvstore sees them: each cut in chunks as the trainer sends it."""
+    from gluondist.kvstore import chunk_bounds
+    return [b - a for n in sizes for a, b in chunk_bounds(n, 4, chunk_bytes)]
+
+
+def busiest_share(sizes: Sequence[int], servers: int,
+                  bound: int = DEFAULT_BIGARRAY_BOUND) -> float:
+    """The fraction of the elements that the busiest server holds (model.key_parts)."""
+    load = [0.0] * servers
+    for parts in key_parts(sizes, servers, bound):
+        for server, elements in parts:
+            load[server] += elements
+    return max(load) / sum(sizes)
+
+
+@dataclass(frozen=True)
+class Row:
+    servers: int
+    layout: str  # colocated | dedicated | mixed | one host
+    step_s: float
+    predicted_s: float
+    worker_mb: float  # megabytes each worker moves per step (push + pull)
+    server_mb: float  # megabytes the busiest server moves per step (all workers' push + pull)
+    link_bound_s: Optional[float]  # the busiest link's bytes at the probe's raw TCP rate
+    unchunked_s: Optional[float] = None  # the same bytes, each array sent whole
+
+    @property
+    def error(self) -> float:
+        return self.predicted_s / self.step_s - 1
+
+    @property
+    def efficiency(self) -> Optional[float]:
+        return None if self.link_bound_s is None else self.link_bound_s / self.step_s
+
+    def as_dict(self) -> dict:
+        return {"servers": self.servers, "layout": self.layout, "step_s": self.step_s,
+                "predicted_step_s": self.predicted_s, "model_error": self.error,
+                "link_bound_s": self.link_bound_s, "link_efficiency": self.efficiency,
+                "unchunked_step_s": self.unchunked_s, "worker_mb_per_step": self.worker_mb,
+                "busiest_server_mb_per_step": self.server_mb}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One job's figures: where it ran and what worker 0 reported."""
+    layout: Layout
+    step_s: float
+    unchunked_s: Optional[float]
+    tcp_bytes_per_s: Optional[float]
+
+
+def rows(measured: Sequence[Measured], sizes: Sequence[int], chunk_bytes: int,
+         bound: int = DEFAULT_BIGARRAY_BOUND) -> List[Row]:
+    """The table: the model calibrated by the first row whose bytes cross a link (rows on one
+    host are predicted to take the first such row's time)."""
+    sent = sent_sizes(sizes, chunk_bytes)
+    links = [link_bytes(m.layout, sent, bound=bound) for m in measured]
+    crossing = [i for i, lk in enumerate(links) if lk.busiest() > 0]
+    rate = calibrate(links[crossing[0]], measured[crossing[0]].step_s) if crossing else 0.0
+    local = [m.step_s for m, lk in zip(measured, links) if lk.busiest() == 0]
+    tcp = next((m.tcp_bytes_per_s for m in measured if m.tcp_bytes_per_s), None)
+    mb = 4 * sum(sizes) / 2 ** 20
+    table = []
+    for m, lk in zip(measured, links):
+        servers = len(m.layout.servers)
+        kind = m.layout.kind if lk.busiest() > 0 else "one host"
+        table.append(Row(servers, kind, m.step_s, predict(lk, rate, local[0] if local else 0.0),
+                         2 * mb, 2 * mb * len(m.layout.workers) * busiest_share(sent, servers,
+                                                                                bound),
+                         lk.bound() / tcp if tcp and lk.busiest() > 0 else None, m.unchunked_s))
+    return table
+
+
+def recommend(table: Sequence[Row], within: float = WITHIN) -> Row:
+    """The row with the fewest servers within ``within`` of the best step time, servers on
+    the workers' hosts preferred (they need no more hosts)."""
+    best = min(r.step_s for r in table)
+    good = [r for r in table if r.step_s <= best * (1 + within)]
+    return min(good, key=lambda r: (r.servers, r.layout == "dedicated"))
+
+
+def advice(row: Row) -> str:
+    where = {"dedicated": " on hosts of their own (--server-hosts)",
+             "colocated": " on the workers' hosts", "mixed": " (as placed)"}.get(row.layout, "")
+    return (f"recommended: -s {row.servers}{where} (the fewest servers within "
+            f"{WITHIN:.0%} of the best step time)")
+
+
+def parse(lines: Sequence[str]) -> Optional[dict]:
+    """Worker 0's result line among a job's output lines."""
+    for line in lines:
+        if line.startswith(PREFIX):
+            return json.loads(line[len(PREFIX):])
+    return None
+
+
+def format_table(table: Sequence[Row], recommended: Row) -> List[str]:
+    def opt(value, fmt):
+        return format(value, fmt) if value is not None else "-"
+    out = [f"{'servers':>7} {'layout':>9} {'step s':>8} {'model s':>8} {'error':>6} "
+           f"{'link eff':>8} {'whole s':>8} {'MB/worker':>9} {'MB/busiest server':>17}"]
+    for r in table:
+        out.append(f"{r.servers:>7} {r.layout:>9} {r.step_s:>8.4f} {r.predicted_s:>8.4f} "
+                   f"{r.error:>+6.0%} {opt(r.efficiency, '>8.0%'):>8} "
+                   f"{opt(r.unchunked_s, '>8.4f'):>8} {r.worker_mb:>9.1f} {r.server_mb:>17.1f}")
+    out.append(advice(recommended))
+    return out
+
+
+def layout_of(plan) -> Layout:
+    return Layout(tuple(s.host for s in plan.of_role("worker")),
+                  tuple(s.host for s in plan.of_role("server")))
+
+
+def _check_all(jobs, base_env: Mapping[str, str]) -> None:
+    """Every job's options, and over ssh every host, checked before the first job runs: a
+    mistake in the last layout must not cost the rows before it."""
+    from ..launcher.session import resolve
+    resolved = [resolve(options, base_env) for options in jobs]
+    if resolved and resolved[0].launcher == "ssh":
+        from ..launcher.transports.ssh import preflight
+        names = list(dict.fromkeys(h.name for r in resolved for h in r.all_hosts))
+        preflight(names, resolved[0].python, resolved[0].ssh_config)
+
+
+def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: int,
+        launch_job: Callable, show: Callable[[str, bool], None], chunk_bytes: int,
+        unchunked: bool = False, base_env: Mapping[str, str] = os.environ):
+    """One job per server count, and per layout when ``base_options.server_hosts`` is set (on
+    the workers' hosts, then on the server hosts), through ``launch_job(options, show)``
+    (which keeps the logs); returns ``(table, recommended row, failure)``, failure being the
+    failed job's LaunchResult."""
+    layouts: List[Tuple[str, object]] = [("colocated", ())]
+    if base_options.server_hosts:
+        layouts.append(("dedicated", base_options.server_hosts))
+    chunks = [str(chunk_bytes)] + (["0"] if unchunked else [])
+    jobs = [dataclasses.replace(base_options, num_servers=count, server_hosts=server_hosts,
+                                command=(WORKER, str(mbytes), str(keys), str(steps), *chunks))
+            for _, server_hosts in layouts for count in servers]
+    _check_all(jobs, base_env)
+    measured = []
+    for options in jobs:
+        where = " on the server hosts" if options.server_hosts else ""
+        show(f"-s {options.num_servers}{where}: {options.num_workers} worker(s) push and pull "
+             f"{mbytes:g} MB in {keys} key(s), {steps} steps", True)
+        # the launcher's notes and reports are shown; the processes' own lines are not
+        result = launch_job(options, lambda text, note: show(text, True) if note else None)
+        if result.exit_code != 0:
+            return None, None, result
+        found = parse(result.logs.get("worker 0", []))
+        if found is None:
+            raise RuntimeError("worker 0 printed no result line")
+        measured.append(Measured(layout_of(result.plan), found["step_s"][0],
+                                 found["step_s"][1] if unchunked else None,
+                                 found["tcp_bytes_per_s"]))
+    env = {**base_env, **base_options.env}
+    bound = int(env.get(ev.MXNET_KVSTORE_BIGARRAY_BOUND, DEFAULT_BIGARRAY_BOUND))
+    table = rows(measured, key_sizes(mbytes, keys), chunk_bytes, bound)
+    return table, recommend(table), None

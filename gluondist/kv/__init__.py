@@ -1,0 +1,1 @@
+"""The parameter-server parts behind gluondist.kvstore."""

@@ -1,0 +1,49 @@
+"""The local transport: a spec started as a child process of the launcher, on this machine."""
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Optional, Tuple
+
+from ... import envvars as ev
+from ..child.proctree import STACK_SIGNAL, kill_quietly, session_cpu
+from ..plan import ProcessSpec
+
+
+class LocalTransport:
+    """Starts a spec on this machine (see transports.Transport): with ``progress`` the worker
+    inherits a pipe's write end named by GLUONDIST_PROGRESS_FD, its side channel;
+    ``error_file`` is where its bootstrap records an exception."""
+
+    error_records = tree_cpu_known = True
+
+    def spawn(self, spec: ProcessSpec, progress: bool = False,
+              error_file: Optional[str] = None) -> Tuple[subprocess.Popen, Optional[object]]:
+        env = {**os.environ, **spec.env}
+        if error_file:
+            env[ev.GLUONDIST_ERROR_FILE] = error_file
+        if not progress:
+            return subprocess.Popen(list(spec.argv), env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True), None
+        read, write = os.pipe()
+        try:
+            env[ev.GLUONDIST_PROGRESS_FD] = str(write)
+            proc = subprocess.Popen(list(spec.argv), env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True, pass_fds=(write,))
+        except BaseException:
+            os.close(read)
+            raise
+        finally:
+            os.close(write)
+        return proc, os.fdopen(read, "rb")
+
+    def request_stack(self, proc: subprocess.Popen) -> None:
+        kill_quietly(proc.pid, STACK_SIGNAL)
+
+    def tree_cpu(self, child: "Child") -> Optional[float]:
+        return session_cpu(child.proc.pid)
+
+    def lost(self, child: "Child") -> bool:
+        return False  # nothing between the launcher and its children to lose

@@ -1,0 +1,1 @@
+"""fit's loop and everything it calls in the training process."""
