@@ -8,7 +8,6 @@ import sys
 
 import click
 
-from . import envvars as ev
 from .kv.kinds import DIST_KINDS
 from .launcher.errors import LaunchError, Stopped, StopRequest
 from .launcher.options import LaunchOptions, flags

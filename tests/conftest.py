@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gluondist.training.callbacks import SPEED_KEYS
+
 HERE = Path(__file__).parent
 SCRIPTS = HERE / "scripts"
 ROOT = HERE.parent
@@ -146,14 +148,11 @@ def rel_diff(a, b):
     return abs(a - b) / max(abs(a), abs(b), 1e-12)
 
 
-SPEED = ("epoch_seconds", "samples_per_s", "data_seconds", "compute_seconds", "sync_seconds",
-         "slowest_data_seconds", "slowest_compute_seconds", "slowest_sync_seconds",
-         "slowest_worker")
 
 
 def curves(history):
     """A History dict without its timing keys (which differ from run to run)."""
-    return {k: v for k, v in history.items() if k not in SPEED}
+    return {k: v for k, v in history.items() if k not in SPEED_KEYS}
 
 
 OPT = {"learning_rate": 0.1, "momentum": 0.9}

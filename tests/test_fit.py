@@ -1,19 +1,135 @@
-import os
-import signal
-import subprocess
-import sys
+"""What fit computes: Keras-like history, devices, seeds, clipping, accumulation,
+several inputs and outputs, the time split, BatchNorm copies, the settings it
+refuses or leaves unchanged."""
+import logging
+import random
 
 import mxnet as mx
 import numpy as np
 import pytest
 
 import gluondist
-from gluondist import checkpoint
-from gluondist.callbacks import Callback
-from gluondist.training.monitored import EarlyStopping
-from conftest import SCRIPTS, curves, mlp, param_sum, rel_diff, wait_until
+from gluondist import Callback, checkpoint, EarlyStopping
 
-from conftest import OPT
+from conftest import curves, fit_mlp, mlp, OPT, param_sum, rel_diff
+
+
+def _run(ctx, data, epochs=2, seed=7, **kw):
+    net = mlp()
+    params = dict(OPT, **kw.pop("optimizer_params", {}))
+    h = gluondist.fit(net, data, epochs=epochs, batch_size=kw.pop("batch_size", 30), ctx=ctx,
+                      seed=seed, optimizer_params=params, **kw)
+    return net, h
+
+
+_fit = fit_mlp
+
+
+def _two_by_two(n=300, seed=0):
+    rs = np.random.RandomState(seed)
+    X1, X2 = rs.rand(n, 6).astype(np.float32), rs.rand(n, 4).astype(np.float32)
+    y1 = (X1[:, 0] + X2[:, 0] > 1).astype(np.float32)  # a class
+    y2 = (X1 @ rs.rand(6) + X2 @ rs.rand(4)).astype(np.float32)  # a value
+    return (X1, X2), (y1, y2)
+
+
+class TwoByTwo(mx.gluon.HybridBlock):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = mx.gluon.nn.Dense(16, activation="relu"), mx.gluon.nn.Dense(16)
+        self.cls, self.reg = mx.gluon.nn.Dense(2), mx.gluon.nn.Dense(1)
+
+    def hybrid_forward(self, F, x1, x2):
+        h = F.relu(self.a(x1) + self.b(x2))
+        return self.cls(h), self.reg(h)
+
+
+def _three(n=90):
+    rs = np.random.RandomState(0)
+    return rs.rand(n, 6).astype(np.float32), rs.randint(0, 3, n).astype(np.float32)
+
+
+class SlowDigits(mx.gluon.data.Dataset):
+    """Digits that take 5 ms each to load (read in the training thread)."""
+
+    def __init__(self, X, y):
+        self.X, self.y = X, y
+
+    def __len__(self):
+        return len(self.X)
+
+    def __getitem__(self, i):
+        import time
+        time.sleep(0.005)
+        return self.X[i], self.y[i]
+
+
+gdata = mx.gluon.data
+
+
+def params_of(net):
+    return {k: p.data().asnumpy() for k, p in net._collect_params_with_prefix().items()}
+
+
+def same_params(a, b):
+    pa, pb = params_of(a), params_of(b)
+    return pa.keys() == pb.keys() and all(np.array_equal(pa[k], pb[k]) for k in pa)
+
+
+class Interrupt(Callback):
+    """Raises KeyboardInterrupt (a Ctrl-C) after batch ``batch`` of epoch ``epoch``; records
+    the exception its on_exception hook hears of."""
+
+    def __init__(self, epoch, batch):
+        self.where, self.heard = (epoch, batch), None
+
+    def on_batch_end(self, run, batch, logs):
+        if (run.epoch, batch) == self.where:
+            raise KeyboardInterrupt
+
+    def on_exception(self, run, exc):
+        self.heard = exc
+
+
+# (3) seed seeds numpy's and Python's global RNGs, and resume replays them
+class Noisy(gdata.Dataset):
+    """A transform that draws from numpy's and Python's global RNGs."""
+
+    def __init__(self, X, y):
+        self.X, self.y = X, y
+
+    def __len__(self):
+        return len(self.X)
+
+    def __getitem__(self, i):
+        noise = np.random.rand(*self.X[i].shape).astype(np.float32) * 0.5 * random.random()
+        return self.X[i] + noise, self.y[i]
+
+
+# (4) fit works on its own copy of the optimizer settings
+def scheduled():
+    return {"learning_rate": 0.1, "momentum": 0.9,
+            "lr_scheduler": mx.lr_scheduler.FactorScheduler(step=5, factor=0.5)}
+
+
+class Poison(Callback):
+    """Sets the output layer's bias to NaN after ``batch`` of ``epoch``."""
+
+    def __init__(self, epoch, batch):
+        self.at = (epoch, batch)
+
+    def on_batch_end(self, run, batch, logs):
+        if (run.epoch, batch) == self.at:
+            bias = run.net[-1].bias
+            bias.set_data(bias.data() * np.nan)
+
+
+def _bn_net():
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Dense(32), mx.gluon.nn.BatchNorm(), mx.gluon.nn.Activation("relu"),
+            mx.gluon.nn.Dense(10))
+    return net
+
 
 def test_history_has_keras_keys_and_learns(small):
     train, val = small
@@ -43,12 +159,10 @@ def test_plot_writes_a_png(small, tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def _run(ctx, data, epochs=2, seed=7, **kw):
-    net = mlp()
-    params = dict(OPT, **kw.pop("optimizer_params", {}))
-    h = gluondist.fit(net, data, epochs=epochs, batch_size=kw.pop("batch_size", 30), ctx=ctx,
-                      seed=seed, optimizer_params=params, **kw)
-    return net, h
+def test_empty_history_plot_is_a_clear_error(small, tmp_path):
+    _, h = _fit(small[0], epochs=0)
+    with pytest.raises(ValueError, match="no epochs to plot"):
+        h.plot(tmp_path / "x.png")
 
 
 @pytest.mark.parametrize("extra", [
@@ -75,6 +189,21 @@ def test_same_seed_same_result_different_seed_different(small):
     assert param_sum(a) == param_sum(b) != param_sum(c)
 
 
+def test_seed_makes_global_rng_transforms_reproducible_and_resume_exact(small, tmp_path):
+    data = Noisy(*small[0])
+    a, ha = fit_mlp(data, epochs=3, seed=0)
+    np.random.seed(123)  # whatever the user's code did in between
+    random.seed(123)
+    b, hb = fit_mlp(data, epochs=3, seed=0)
+    assert same_params(a, b) and ha.history["loss"] == hb.history["loss"]
+    ckpt = tmp_path / "ckpt"
+    fit_mlp(data, epochs=1, seed=0, checkpoint_dir=ckpt)
+    np.random.rand(7)  # drawn between the two calls: the checkpoint's state is restored
+    random.random()
+    c, hc = fit_mlp(data, epochs=3, seed=0, checkpoint_dir=ckpt)
+    assert same_params(a, c) and hc.history["loss"] == ha.history["loss"]
+
+
 def test_clipping_bounds_each_step(small):
     (X, y), _ = small
     free, _ = _run(None, (X, y * 0 + 9), epochs=1, optimizer_params={"momentum": 0.0})
@@ -86,19 +215,6 @@ def test_clipping_bounds_each_step(small):
     assert moved(clipped) < moved(free) / 10
 
 
-def test_accepts_ndarrays_datasets_and_dataloaders(small):
-    (X, y), _ = small
-    ref, _ = _run(None, (X, y), batch_size=40)
-    as_nd, _ = _run(None, (mx.nd.array(X), mx.nd.array(y)), batch_size=40)
-    dataset = mx.gluon.data.ArrayDataset(mx.nd.array(X), mx.nd.array(y))
-    as_ds, _ = _run(None, dataset, batch_size=40)
-    loader = mx.gluon.data.DataLoader(dataset, batch_size=40, shuffle=True)
-    net = mlp()
-    gluondist.fit(net, loader, epochs=2, seed=7, optimizer_params=OPT)  # its batch size
-    for other in (as_nd, as_ds, net):
-        assert rel_diff(param_sum(ref), param_sum(other)) <= 1e-5
-
-
 def test_an_initialised_net_is_kept(small):
     net = mlp()
     net.initialize(mx.init.Constant(0.01))
@@ -108,158 +224,170 @@ def test_an_initialised_net_is_kept(small):
     assert param_sum(net) == before
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(train_data=(np.zeros((5, 64)), np.zeros(4))), "X has 5 but y has 4 samples"),
-    (dict(train_data=(np.zeros((0, 64)), np.zeros(0))), "empty"),
-    (dict(batch_size=401), "exceeds the 400 training samples"),
-    (dict(batch_size=0), "batch_size must be a positive integer"),
-    (dict(train_data=(np.zeros((5, 64)), np.array([0, 1, 2, 10, 1]))), "labels from 0 to 10"),
-    (dict(train_data=(np.zeros((5, 64)), np.array([0, 1, 2, -1, 1]))), "labels from -1"),
-    (dict(val_data=(np.zeros((5, 64)), np.array([0, 1, 2, 12, 1]))), "val_data has labels"),
-    (dict(optimizer="sgdd"), "unknown optimizer 'sgdd'"),
-    (dict(optimizer_params={"learning_rat": 0.1}), "optimizer_params for 'sgd'"),
-    (dict(optimizer_params={"clip_global_norm": -1}), "clip_global_norm"),
-    (dict(metrics=["accuracy", "acuracy"]), "unknown metric 'acuracy'"),
-    (dict(train_data=(np.zeros((5, 3)), np.zeros(5))), "net cannot take a batch of train_data .*Shape inconsistent"),
-    (dict(train_data="data.csv"), "must be an \\(X, y\\) tuple"),
-    (dict(kvstore="dist"), "unknown kvstore kind"),
-    (dict(kvstore="dist_sync"), "gluondist launch"),
-    (dict(ctx="gpu:0"), "GPU"),
-    (dict(epochs=-1), "epochs"),
-])
-def test_bad_input_is_refused_before_training(small, kwargs, message):
-    net = mlp(8)
-    net.initialize()
-    net(mx.nd.ones((1, 64)))
-    before = param_sum(net)
-    args = dict(train_data=small[0], epochs=1)
-    args.update(kwargs)
-    with pytest.raises((ValueError, RuntimeError), match=message):
-        gluondist.fit(net, **args)
-    assert param_sum(net) == before
+@pytest.mark.parametrize("ctx", [1, 2])
+def test_accumulating_4_batches_of_16_equals_batches_of_64(small, ctx):
+    schedule = lambda: mx.lr_scheduler.FactorScheduler(step=3, factor=0.7)
+    params = lambda: {"learning_rate": 0.1, "momentum": 0.9, "clip_global_norm": 2.0,
+                      "lr_scheduler": schedule()}
+    big, hb = _fit(small[0], epochs=3, batch_size=64, ctx=ctx, optimizer_params=params())
+    acc, ha = _fit(small[0], epochs=3, batch_size=16, ctx=ctx, accumulate=4,
+                   optimizer_params=params())
+    assert rel_diff(param_sum(big), param_sum(acc)) <= 1e-4
+    assert np.allclose(ha.history["loss"], hb.history["loss"], rtol=1e-4)
 
 
-class Recorder(Callback):
-    def __init__(self, stop_at_batch=None):
-        self.events, self.stop_at_batch = [], stop_at_batch
+def test_a_two_input_two_output_net_trains_with_per_output_figures():
+    X, y = _two_by_two()
+    net = TwoByTwo()
+    net.hybridize()
+    losses = [mx.gluon.loss.SoftmaxCrossEntropyLoss(), mx.gluon.loss.L2Loss()]
+    h = gluondist.fit(net, (X, y), val_data=(X, y), loss=losses, loss_weights=[1.0, 0.5],
+                      metrics={0: "accuracy", 1: ["mae"]}, epochs=8, batch_size=32, seed=1,
+                      optimizer="adam", optimizer_params={"learning_rate": 0.01})
+    assert set(curves(h.history)) == {f"{p}{k}" for p in ("", "val_") for k in (
+        "loss", "out0_loss", "out1_loss", "out0_accuracy", "out1_mae")}
+    for p in ("", "val_"):  # the total is the weighted sum
+        assert np.allclose(h.history[f"{p}loss"], np.array(h.history[f"{p}out0_loss"])
+                           + 0.5 * np.array(h.history[f"{p}out1_loss"]), rtol=1e-5)
+    assert h.history["out0_accuracy"][-1] > 0.8
+    assert h.history["out1_loss"][-1] < h.history["out1_loss"][0]
+    cls, reg = gluondist.predict(net, X)
+    assert cls.shape == (300, 2) and reg.shape == (300, 1)
+    figures = gluondist.evaluate(net, (X, y), loss=losses, loss_weights=[1.0, 0.5],
+                                 metrics={0: "accuracy", 1: ["mae"]})
+    assert figures["out1_mae"] == pytest.approx(h.history["val_out1_mae"][-1], rel=1e-6)
 
-    def on_train_begin(self, run):
-        self.events.append("begin")
 
-    def on_epoch_begin(self, run, epoch):
-        self.events.append(f"epoch {epoch}")
+def test_a_net_returning_a_one_tuple_trains():
+    class OneTuple(mx.gluon.HybridBlock):
+        def __init__(self):
+            super().__init__()
+            self.dense = mx.gluon.nn.Dense(3)
 
-    def on_batch_end(self, run, batch, logs):
-        self.events.append(f"batch {batch} {logs['size']}")
-        assert logs["loss"] > 0
-        if batch == self.stop_at_batch:
-            run.stop_training = True
+        def hybrid_forward(self, F, x):
+            return (self.dense(x),)
 
-    def on_epoch_end(self, run, epoch, logs):
-        self.events.append(f"end {epoch} {sorted(logs)}")
-
-    def on_train_end(self, run):
-        self.events.append("done")
+    X, y = _three()
+    net = OneTuple()
+    h = gluondist.fit(net, (X, y), val_data=(X, y), epochs=2, batch_size=16, seed=0)
+    assert gluondist.evaluate(net, (X, y))["accuracy"] == \
+        pytest.approx(h.history["val_accuracy"][-1], rel=1e-6)
 
 
-def test_callback_hooks_run_in_order(small):
+def test_speed_is_in_the_history_and_the_log_line(small, caplog):
+    caplog.set_level(logging.INFO, logger="gluondist")
+    _, h = _fit(small[0], epochs=2, progress=False)
+    assert len(h.history["epoch_seconds"]) == 2
+    for seconds, speed in zip(h.history["epoch_seconds"], h.history["samples_per_s"]):
+        assert speed == pytest.approx(400 / seconds, rel=1e-9)
+    assert "samples/s" in caplog.text and "epoch 2/2" in caplog.text
+
+
+def test_the_time_split_adds_up_and_finds_a_slow_data_source(small, caplog):
     (X, y), _ = small
-    rec = Recorder()
-    gluondist.fit(mlp(), (X[:90], y[:90]), epochs=2, batch_size=40, callbacks=[rec])
-    batches = ["batch 0 40", "batch 1 40", "batch 2 10"]
-    keys = ("['accuracy', 'compute_seconds', 'data_seconds', 'epoch_seconds', 'loss', "
-            "'samples_per_s', 'sync_seconds']")
-    assert rec.events == ["begin", "epoch 0", *batches, f"end 0 {keys}",
-                          "epoch 1", *batches, f"end 1 {keys}", "done"]
+    caplog.set_level(logging.INFO, logger="gluondist")
+    _, h = _fit(SlowDigits(X[:160], y[:160]), epochs=2, batch_size=16, progress=False,
+                callbacks=[gluondist.EpochLogger(time_split=True)])
+    for e in range(2):
+        parts = [h.history[k][e] for k in ("data_seconds", "compute_seconds", "sync_seconds")]
+        assert sum(parts) == pytest.approx(h.history["epoch_seconds"][e], rel=0.01)
+        assert parts[0] >= 0.8 * 160 * 0.005  # 160 samples of 5 ms: most of the epoch
+        assert parts[0] > parts[1] and parts[2] < parts[1]  # one device: nothing to sync
+    assert "(data " in caplog.text and "compute " in caplog.text and "sync " in caplog.text
 
 
-def test_a_callback_stops_training_at_the_end_of_the_epoch(small):
-    rec = Recorder(stop_at_batch=1)
-    h = gluondist.fit(mlp(), small[0], epochs=5, batch_size=40, callbacks=[rec])
-    assert len(h.history["loss"]) == 1
-    assert [e for e in rec.events if e.startswith("batch")] == [f"batch {i} 40" for i in range(10)]
+def test_batchnorm_copies_are_equal_on_every_device(small):
+    net, _ = _fit(small[0], net=_bn_net(), ctx=2, val_data=small[1])
+    bn = net[1]
+    for param in (bn.running_mean, bn.running_var):
+        a, b = (d.asnumpy() for d in param.list_data())
+        assert np.array_equal(a, b), param.name
+    assert np.abs(bn.running_mean.data().asnumpy()).sum() > 0  # really trained
 
 
-class Feed(Callback):
-    """Replaces the logs' values so that EarlyStopping sees a scripted series."""
-
-    def __init__(self, key, values):
-        self.key, self.values = key, values
-
-    def on_epoch_end(self, run, epoch, logs):
-        logs[self.key] = self.values[epoch]
+def test_several_fits_in_one_process(small):
+    net = mlp()
+    _fit(small[0], epochs=1, net=net, ctx=2)
+    _, h = _fit(small[0], epochs=1, net=net, ctx=2)  # fine-tuning the same net
+    _, h2 = _fit(small[0], epochs=1, ctx=2)  # a new one
+    assert h.history["loss"][0] < h2.history["loss"][0]
 
 
-@pytest.mark.parametrize("monitor,mode,values,stops_after", [
-    ("val_loss", "auto", [3, 2, 2.5, 2.6, 1], 3),  # min: worse once (patience 1) -> stop
-    ("val_loss", "min", [3, 2, 1, 0.5, 0.1], 5),
-    ("val_accuracy", "auto", [0.5, 0.6, 0.55, 0.5, 0.9], 3),  # max, not min
-    ("val_accuracy", "max", [0.5, 0.6, 0.7, 0.8, 0.9], 5),
+# (2) several devices without a kvstore
+def test_kvstore_none_on_several_devices_is_refused(small):
+    with pytest.raises(ValueError, match="kvstore=None on 2 devices .* kvstore='auto' or "
+                                         "'device'"):
+        fit_mlp(small[0], ctx=2, kvstore=None)
+    fit_mlp(small[0], epochs=1, ctx=1, kvstore=None)  # one device: nothing to reduce
+
+
+def test_a_shared_lr_scheduler_is_not_changed_by_fit(small, tmp_path):
+    fresh, _ = fit_mlp(small[0], epochs=3, optimizer_params=scheduled())
+    shared = scheduled()
+    first, _ = fit_mlp(small[0], epochs=3, optimizer_params=shared)
+    second, _ = fit_mlp(small[0], epochs=3, optimizer_params=shared)
+    assert same_params(fresh, first) and same_params(fresh, second)
+    assert shared["lr_scheduler"].base_lr == 0.01  # MXNet's default, never advanced by fit
+    # the notebook case: Ctrl-C, then the same call (same dict) resumes exactly
+    net, ckpt = mlp(), tmp_path / "ckpt"
+    with pytest.raises(KeyboardInterrupt):
+        fit_mlp(small[0], epochs=3, net=net, optimizer_params=shared, checkpoint_dir=ckpt,
+                callbacks=[Interrupt(1, 5)])
+    fit_mlp(small[0], epochs=3, net=net, optimizer_params=shared, checkpoint_dir=ckpt)
+    assert same_params(fresh, net)
+
+
+def test_an_optimizer_instance_is_not_changed_by_fit(small):
+    opt = mx.optimizer.SGD(learning_rate=0.1, momentum=0.9,
+                           lr_scheduler=mx.lr_scheduler.FactorScheduler(step=5, factor=0.5))
+    a, _ = fit_mlp(small[0], epochs=2, optimizer=opt, optimizer_params=None)
+    b, _ = fit_mlp(small[0], epochs=2, optimizer=opt, optimizer_params=None)
+    assert same_params(a, b) and opt.num_update == 0
+
+
+def test_a_float64_net_is_refused_in_one_line(small):
+    net = mlp()
+    net.initialize()
+    net(mx.nd.ones((1, 64)))  # shapes known: the net is ready to predict
+    net.cast("float64")
+    for call in (lambda: gluondist.fit(net, small[0]),
+                 lambda: gluondist.predict(net, small[0][0]),
+                 lambda: gluondist.evaluate(net, small[0])):
+        with pytest.raises(ValueError, match=r"^the net's parameters are float64 \(net.cast\), "
+                                             r".*cast it back with net.cast\('float32'\)$"):
+            call()
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(optimizer_params=0.1), "optimizer_params must be a dict"),
+    (dict(optimizer=mx.optimizer.SGD(learning_rate=0.1)), "optimizer instance"),
+    (dict(callbacks=[EarlyStopping("val_loss")], optimizer_params=None),
+     "monitors 'val_loss'.*pass val_data"),
+    (dict(metrics=mx.metric.create(["acc", "acc"])), "appear twice"),
+    (dict(metrics=["f1x"]), "unknown metric 'f1x'"),
+    (dict(callbacks=[print]), r"callbacks\[0\] is a builtin_function_or_method"),
 ])
-def test_early_stopping_respects_its_mode(small, monitor, mode, values, stops_after):
-    stopper = EarlyStopping(monitor, mode=mode, patience=1)
-    h = gluondist.fit(mlp(), small[0], val_data=small[1], epochs=5,
-                      callbacks=[Feed(monitor, values), stopper])
-    assert len(h.history["loss"]) == stops_after
+def test_misconfigurations_fail_before_training(small, kwargs, message):
+    net = mlp()
+    with pytest.raises(ValueError, match=message) as info:
+        _fit(small[0], net=net, **kwargs)
+    assert "\n" not in str(info.value)
 
 
-def test_early_stopping_refuses_to_guess():
-    with pytest.raises(ValueError, match="mode='min' or mode='max'"):
-        EarlyStopping("val_top_k", mode="auto").check(["loss", "val_top_k"])
-    with pytest.raises(ValueError, match="'min', 'max' or 'auto'"):
-        EarlyStopping("val_loss", mode="up")
+def test_a_non_finite_loss_stops_training_and_keeps_the_checkpoint(small, tmp_path):
+    with pytest.raises(FloatingPointError, match=r"loss is nan in epoch 2/3, batch 5/14"):
+        _fit(small[0], epochs=3, checkpoint_dir=tmp_path, callbacks=[Poison(1, 3)])
+    ckpt = checkpoint.load_latest(tmp_path)
+    assert ckpt.epoch == 0
+    assert all(np.isfinite(v.asnumpy()).all() for v in ckpt.params.values())
+    _, h = _fit(small[0], epochs=2, terminate_on_nan=False, callbacks=[Poison(0, 3)])
+    assert np.isnan(h.history["loss"][-1])  # the escape hatch trains on
 
 
-def test_resume_continues_where_an_interrupted_run_stopped(small, tmp_path):
-    full, hf = _run(None, small[0], epochs=4)
-    first, _ = _run(None, small[0], epochs=2, checkpoint_dir=tmp_path)
-    assert sorted(os.listdir(tmp_path)) == ["ckpt-000000", "ckpt-000001"]
-    resumed, hr = _run(None, small[0], epochs=4, seed=99, checkpoint_dir=tmp_path)  # seed kept
-    assert rel_diff(param_sum(full), param_sum(resumed)) <= 1e-4
-    assert np.allclose(hr.history["loss"], hf.history["loss"], rtol=1e-4)
-    assert sorted(os.listdir(tmp_path)) == ["ckpt-000002", "ckpt-000003"]
-
-
-def test_resume_false_starts_over(small, tmp_path):
-    _run(None, small[0], epochs=2, checkpoint_dir=tmp_path)
-    _, h = _run(None, small[0], epochs=1, checkpoint_dir=tmp_path, resume=False)
-    assert len(h.history["loss"]) == 1
-
-
-def test_checkpoint_of_another_model_is_refused(small, tmp_path):
-    _run(None, small[0], epochs=1, checkpoint_dir=tmp_path)
-    with pytest.raises(ValueError, match="checkpoint of a different model"):
-        gluondist.fit(mlp(hidden=16), small[0], epochs=2, checkpoint_dir=tmp_path)
-
-
-def test_kill_during_a_checkpoint_write_keeps_the_previous_one(tmp_path):
-    ckpt, marker = tmp_path / "ckpt", tmp_path / "writing"
-    proc = subprocess.Popen([sys.executable, str(SCRIPTS / "checkpoint_hang.py"), str(ckpt),
-                             str(marker)])
-    try:
-        wait_until(marker.exists, timeout=120, message="the checkpoint write to begin")
-        proc.send_signal(signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        proc.kill()
-        proc.wait()
-    names = set(os.listdir(ckpt))
-    assert "ckpt-000000" in names and len(names) == 2
-    assert (names - {"ckpt-000000"}).pop().startswith(".ckpt-000001.")
-    assert checkpoint.load_latest(ckpt).epoch == 0
-
-    # Resuming from epoch 0's checkpoint ends where an uninterrupted run does.
-    rs = np.random.RandomState(0)
-    X, y = rs.rand(200, 8).astype(np.float32), rs.randint(0, 3, 200)
-
-    def net3():
-        net = mx.gluon.nn.HybridSequential()
-        net.add(mx.gluon.nn.Dense(16, activation="relu"), mx.gluon.nn.Dense(3))
-        return net
-    resumed, full = net3(), net3()
-    h = gluondist.fit(resumed, (X, y), epochs=3, batch_size=16, seed=5, checkpoint_dir=ckpt,
-                      optimizer_params=OPT)
-    gluondist.fit(full, (X, y), epochs=3, batch_size=16, seed=5, optimizer_params=OPT)
-    assert len(h.history["loss"]) == 3
-    assert rel_diff(param_sum(full), param_sum(resumed)) <= 1e-4
-    assert sorted(os.listdir(ckpt)) == ["ckpt-000001", "ckpt-000002"]  # stray tmp gone
+def test_nan_in_a_dataset_stops_training_at_the_end_of_the_epoch(small, tmp_path):
+    (X, y), _ = small
+    X = X.copy()
+    X[50, :] = np.nan
+    with pytest.raises(FloatingPointError, match="became NaN or infinite in epoch 1/2"):
+        _fit(mx.gluon.data.SimpleDataset(list(zip(X, y))), checkpoint_dir=tmp_path)
+    assert checkpoint.load_latest(tmp_path) is None  # no checkpoint of a broken model

@@ -2,7 +2,6 @@
 import os
 import subprocess
 import sys
-import time
 
 BEATS = ("import sys, time; from gluondist import heartbeat\n"
          "for _ in range(int(sys.argv[1])): heartbeat.beat()\n"

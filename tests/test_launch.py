@@ -219,9 +219,8 @@ def test_a_taken_scheduler_port_is_retried_on_another(tmp_path):
     import uuid
 
     from conftest import TAG
-    from gluondist.launcher import monitor
     from gluondist.launcher.options import LaunchOptions
-    from gluondist.launcher.session import launch_job
+    from gluondist.launcher.session import free_ports, launch_job
 
     tag = uuid.uuid4().hex
     with socket.socket() as taken:
@@ -230,7 +229,7 @@ def test_a_taken_scheduler_port_is_retried_on_another(tmp_path):
         calls = []
 
         def ports(count, host):
-            fresh = monitor.free_ports(count, host)
+            fresh = free_ports(count, host)
             calls.append(fresh)
             return [taken.getsockname()[1], *fresh[1:]] if len(calls) == 1 else fresh
 

@@ -18,7 +18,7 @@ import netns
 from conftest import SCRIPTS, rel_diff, wait_until
 from gluondist.launcher.transports import ssh
 from gluondist.launcher.monitor import LOST_EXIT
-from test_fit_launch import job_results, one_process, total
+from test_fit_job import job_results, one_process, total
 
 pytestmark = pytest.mark.slow
 SCRIPT = str(SCRIPTS / "fit_job.py")

@@ -6,7 +6,6 @@ import re
 import itertools
 import os
 import pickle
-from pathlib import Path
 
 import mxnet as mx
 import numpy as np

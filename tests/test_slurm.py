@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from conftest import ROOT, SCRIPTS, TAG, tagged_pids, wait_until
-from gluondist.launcher.monitor import free_ports
+from gluondist.launcher.session import free_ports
 
 pytestmark = pytest.mark.slow
 TEMPLATE = str(ROOT / "launch" / "slurm" / "gluondist.sbatch")

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT, SCRIPTS, wait_until
 from gluondist.launcher.transports import ssh
-from gluondist.launcher.monitor import free_ports
+from gluondist.launcher.session import free_ports
 from gluondist.launcher.options import LaunchError
 
 pytestmark = pytest.mark.slow

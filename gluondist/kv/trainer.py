@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import envvars, parallel
 from .._mx import mx
-from .job import JOB, SERVER_HASH
+from .job import JOB
 from .kinds import Mode
 from .safepickle import check_sendable
 
@@ -63,30 +63,36 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     trainer = mx.gluon.Trainer(params, optimizer, optimizer_params, kvstore=kv,
                                update_on_kvstore=update_on_kvstore)
     if dist:
-        pending = [p.name for p in trainer._params if p._deferred_init]
-        if pending:
-            raise ValueError(
-                f"parameters {', '.join(pending[:3])} have unknown shapes; run one forward pass "
-                "(or give in_units) before make_trainer so worker 0 can broadcast them")
-        if update_on_kvstore:
-            if batch_size is None:
-                raise ValueError("dist_async needs make_trainer(..., batch_size=LOCAL_BATCH): "
-                                 "the servers fix the gradient scale when they get the optimizer")
-            trainer._optimizer.rescale_grad = trainer._scale / batch_size
-            check_sendable(trainer._optimizer)  # what the servers will load, refused here first
-        # Trainer would do this lazily inside the first step(), after the forward pass; doing
-        # it now and waiting closes the init-pull / gradient-push race described above.
-        trainer._init_kvstore()
-        trainer._init_params()
-        mx.nd.waitall()
-        kv._barrier()
+        _join(trainer, kv, update_on_kvstore, batch_size)
     return trainer
+
+
+def _join(trainer, kv, update_on_kvstore: bool, batch_size: Optional[int]) -> None:
+    """A distributed trainer's first pull, before any step: worker 0's parameters everywhere,
+    (dist_async) the optimizer on the servers, every worker past a barrier."""
+    pending = [p.name for p in trainer._params if p._deferred_init]
+    if pending:
+        raise ValueError(
+            f"parameters {', '.join(pending[:3])} have unknown shapes; run one forward pass "
+            "(or give in_units) before make_trainer so worker 0 can broadcast them")
+    if update_on_kvstore:
+        if batch_size is None:
+            raise ValueError("dist_async needs make_trainer(..., batch_size=LOCAL_BATCH): "
+                             "the servers fix the gradient scale when they get the optimizer")
+        trainer._optimizer.rescale_grad = trainer._scale / batch_size
+        check_sendable(trainer._optimizer)  # what the servers will load, refused here first
+    # Trainer would do this lazily inside the first step(), after the forward pass; doing
+    # it now and waiting closes the init-pull / gradient-push race (see make_trainer).
+    trainer._init_kvstore()
+    trainer._init_params()
+    mx.nd.waitall()
+    kv._barrier()
 
 
 # 1 MiB: an 8 MB gradient then travels as 8 chunks, within a few percent of the same bytes in
 # 32 arrays on a link-bound job (benchmarks/), while a model of small layers sends as before.
 # Each chunk is below MXNet's big-array bound, so it goes whole to one server, and consecutive
-# keys alternate between servers ((key * SERVER_HASH) % servers).
+# keys alternate between servers ((key * job.SERVER_HASH) % servers).
 CHUNK_BYTES = 1 << 20
 
 

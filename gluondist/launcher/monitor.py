@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import re
-import socket
 import time
-from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional
 
@@ -64,16 +62,6 @@ class LaunchResult:
     stall: Optional[Stall] = None
     signal: Optional[int] = None  # the job was stopped on request (a StopRequest), by this
     unreaped: List[str] = field(default_factory=list)  # processes alive after SIGKILL
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> List[int]:
-    """``count`` distinct ports the OS reports free right now. They are released before use, so
-    one may be taken meanwhile: the scheduler's case is retried, a node's ps-lite re-picks."""
-    with ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in socks:
-            s.bind((host, 0))
-        return [s.getsockname()[1] for s in socks]
 
 
 class Joins:

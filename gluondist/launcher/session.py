@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import sys
 import threading
+from contextlib import ExitStack
 from typing import Callable, Dict, List, Mapping, Optional
 
 from .. import envvars as ev
 from .errors import LaunchError, Stopped, StopRequest
 from .hosts import parse_hostfile, parse_inline
-from .monitor import (Joins, LaunchResult, free_ports, is_pslite_chatter, rank_failures,
+from .monitor import (Joins, LaunchResult, is_pslite_chatter, rank_failures,
                       scheduler_port_taken, watch)
 from .options import LaunchOptions
 from .plan import LaunchPlan, ProcessSpec, build_plan, user_value
@@ -111,6 +113,16 @@ def local_gpus() -> int:
         return 0
 
 
+def free_ports(count: int, host: str = "127.0.0.1") -> List[int]:
+    """``count`` distinct ports the OS reports free right now. They are released before use, so
+    one may be taken meanwhile: the scheduler's case is retried, a node's ps-lite re-picks."""
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in socks:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
+
+
 def dry_run(options: LaunchOptions, base_env: Mapping[str, str], cores: int) -> LaunchPlan:
     options = resolve(options, base_env)
     port, *nodes = free_ports(options.num_processes, options.host)
@@ -125,26 +137,14 @@ def launch_job(options: LaunchOptions, show: Show, keep_logs: bool = False,
     the last attempt's result (its report already shown; with ``keep_logs`` its ``logs`` hold
     every output line of each process, by label, restarts' after the failed attempts'; the
     CLI does not keep them, so a long job's output never piles up in memory). Over ssh, each
-    restart runs on the
-    hosts that pass the preflight again (see ``_reachable``). Raises LaunchError for bad options
-    before anything starts. ``stop`` (set by the CLI's signal handlers) stops every process,
+    restart runs on the hosts that pass the preflight again (see ``_reachable``). Raises
+    LaunchError for bad options before anything starts. ``stop`` (set by the CLI's signal handlers) stops every process,
     says which, and raises Stopped; so does any exception (a KeyboardInterrupt: a second one
     during the teardown does not cut it short), which then propagates."""
     base_env = os.environ if base_env is None else base_env
     cores = cores or os.cpu_count() or 1
     options = resolve(options, base_env)
-    if options.log_dir is not None:
-        try:
-            os.makedirs(options.log_dir, exist_ok=True)
-        except OSError as exc:
-            raise LaunchError(f"--log-dir {options.log_dir!r} cannot be created: "
-                              f"{exc.strerror}") from None
-    try:
-        transport = transport or _transport(options, base_env)
-    except LaunchError:
-        if stop:  # Ctrl-C at the terminal also ends the preflight's ssh sessions
-            raise Stopped(stop.signum) from None
-        raise
+    transport = _ready(options, base_env, transport, stop)
     shown = pslite_verbose(user_value(options, base_env, ev.PS_VERBOSE))[1]
     logs: Dict[str, List[str]] = {}
     on_line = _console(show, _keeper(logs) if keep_logs else None, hide_chatter=not shown)
@@ -182,6 +182,23 @@ def launch_job(options: LaunchOptions, show: Show, keep_logs: bool = False,
                 show(exit_line(result), True)
                 return result
         show(f"gluondist: restarting the job ({restarts} of {options.max_restarts})", True)
+
+
+def _ready(options: LaunchOptions, base_env: Mapping[str, str], transport,
+           stop: Optional[StopRequest]):
+    """The log directory made and the transport chosen (over ssh: every host preflighted)."""
+    if options.log_dir is not None:
+        try:
+            os.makedirs(options.log_dir, exist_ok=True)
+        except OSError as exc:
+            raise LaunchError(f"--log-dir {options.log_dir!r} cannot be created: "
+                              f"{exc.strerror}") from None
+    try:
+        return transport or _transport(options, base_env)
+    except LaunchError:
+        if stop:  # Ctrl-C at the terminal also ends the preflight's ssh sessions
+            raise Stopped(stop.signum) from None
+        raise
 
 
 def _reachable(options: LaunchOptions, every_host, attempt: int,

@@ -10,7 +10,7 @@ import numpy as np
 
 from .._mx import mx
 from .callbacks import Callback, Checkpointer
-from .metrics import last_line
+from .checks import last_line
 
 CLIP_KEY = "clip_global_norm"  # our key in optimizer_params: clip gradients by global norm
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from typing import Dict, List, Optional, Sequence
 
 from .. import heartbeat
+from .timing import KEYS as SPLIT_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,6 @@ class CallbackList:
                 cb.load_state_arrays(mine)
 
 
-SPLIT_KEYS = ("data_seconds", "compute_seconds", "sync_seconds")
 # In the History, but not learning curves: History.plot and the epoch line leave them out.
 SPEED_KEYS = ("epoch_seconds", "samples_per_s", *SPLIT_KEYS,
               *(f"slowest_{k}" for k in SPLIT_KEYS), "slowest_worker")
@@ -261,15 +260,6 @@ class EpochLogger(Callback):
     def on_epoch_end(self, run, epoch, logs):
         if run.rank == 0:
             log.info("epoch %d/%d: %s", epoch + 1, run.epochs, format_logs(logs, self.time_split))
-
-
-def check_writable_file(path: str, owner: str) -> None:
-    """Raise ValueError (before training) unless ``owner`` can write a file at ``path``."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path) or not os.path.isdir(folder) or \
-            not os.access(folder, os.W_OK | os.X_OK):
-        raise ValueError(f"{owner} cannot write {path}: give a file path in an existing, "
-                         "writable directory")
 
 
 class Checkpointer(Callback):

@@ -8,9 +8,6 @@ processes or threads, fed with this worker's share of every global batch.
 """
 from __future__ import annotations
 
-import collections
-import queue
-import threading
 import warnings
 import zlib
 from typing import Iterator, List, Optional, Sequence
@@ -19,6 +16,10 @@ import numpy as np
 
 from .._mx import mx
 from ..parallel import split
+from .arrays import (arrays_of, check_dataset_arrays, class_weight_table, class_weights,
+                     count_mismatch, several)
+from .prefetch import Prefetcher
+from .samples import check_fields, unstackable
 
 
 
@@ -102,23 +103,13 @@ class DatasetSource(Source):
             raise ValueError(f"the dataset's samples are dicts (keys {list(samples[0])}), but "
                              "fit takes (x, y) or (x, y, sample_weight) tuples: turn them into "
                              "tuples with dataset.transform(lambda s: (s['x'], s['y']))")
-        lengths = [len(x) if isinstance(x, (tuple, list)) else 0 for x in samples]
-        usual = collections.Counter(lengths).most_common(1)[0][0]
-        if any(n != usual for n in lengths):  # MXNet's batchify would drop the extra fields
-            at = next(i for i, n in enumerate(lengths) if n != usual)
-            raise ValueError(f"the dataset's samples have different numbers of fields (sample "
-                             f"{int(idx[at])} has {lengths[at]}, most have {usual}): every "
-                             "sample must be (x, y) or every one (x, y, sample_weight)")
+        check_fields(samples, idx)
         try:
             with warnings.catch_warnings():  # numpy's note on ragged data: said below instead
                 warnings.simplefilter("ignore", np.VisibleDeprecationWarning)
                 batch = self.batchify_fn(samples)
         except (KeyError, TypeError, ValueError) as exc:  # None, strings, ragged arrays
-            at = _odd_one(samples)
-            raise ValueError(f"the dataset's samples cannot be stacked into a batch (sample "
-                             f"{int(idx[at])} is {_kinds(samples[at])}): every field must be "
-                             "a number or an array of numbers, of one shape in every sample; "
-                             "transform the others into numbers or leave them out") from exc
+            raise unstackable(samples, idx) from exc
         return self._place(batch, ctxs)
 
     def _place(self, batch, ctxs):
@@ -170,13 +161,6 @@ def check_not_all_dropped(src: Source, batch_size: int, workers: int, name: str)
                          "evaluated; lower the batch size or use last_batch='keep'")
 
 
-def check_count(value, name: str, least: int) -> None:
-    """Raise ValueError unless ``value`` is an integer (not a bool) of at least ``least``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-        kind = "positive" if least > 0 else "non-negative"
-        raise ValueError(f"{name} must be a {kind} integer, not {value!r}")
-
-
 def _float32(array):
     """As for arrays: integers, float16 and float64 become float32."""
     return array if array.dtype == np.float32 else array.astype(np.float32)
@@ -207,44 +191,6 @@ def _parts(cols, labels, weights, several_inputs):
     return data_parts, target_parts
 
 
-def _odd_one(samples) -> int:
-    """The position of the first sample with a field that is not numbers, else of the first
-    whose shapes differ from most samples' (0 when none stands out)."""
-    shapes = [_shape(sample) for sample in samples]
-    if None in shapes:
-        return shapes.index(None)
-    usual = collections.Counter(map(repr, shapes)).most_common(1)[0][0]
-    return next((i for i, shape in enumerate(shapes) if repr(shape) != usual), 0)
-
-
-def _shape(field):
-    """A field's shape (a tuple of them for a tuple of fields), None when a part of it is not
-    numbers."""
-    if isinstance(field, (tuple, list)) and not _numeric(field):
-        parts = [_shape(f) for f in field]
-        return None if None in parts else tuple(parts)
-    return np.shape(field) if _numeric(field) else None
-
-
-def _numeric(field) -> bool:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # numpy's note on ragged sequences: that is the answer
-        try:
-            return np.asarray(field).dtype.kind in "biuf"
-        except (ValueError, TypeError):
-            return False
-
-
-def _kinds(field) -> str:
-    """A sample's fields by type, as "(ndarray float32, NoneType)"."""
-    if isinstance(field, (tuple, list)):
-        return "(" + ", ".join(_kinds(f) for f in field) + ")"
-    if isinstance(field, np.generic):
-        return str(field.dtype)
-    dtype = getattr(field, "dtype", None)
-    return type(field).__name__ + (f" {dtype}" if dtype is not None else "")
-
-
 def unpack(batch, labelled: bool = True):
     """``(inputs, labels, weight)`` lists of NDArrays from a batchified ``(x, y[, w])``; without
     ``labelled`` a batch that is not such a tuple is the inputs alone."""
@@ -259,135 +205,11 @@ def unpack(batch, labelled: bool = True):
     return flat(batch[0]), flat(batch[1]), batch[2] if len(batch) == 3 else None
 
 
-class Prefetcher:
-    """Runs an iterator in a background thread, at most ``depth`` items ahead. Its exceptions
-    are raised where the item would have been; closing (or leaving the loop) stops it."""
-
-    def __init__(self, iterator, depth: int = 2):
-        self._queue: queue.Queue = queue.Queue(depth)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(iterator,), daemon=True,
-                                        name="gluondist-prefetch")
-        self._thread.start()
-
-    def _run(self, iterator):
-        try:
-            for item in iterator:
-                if not self._put((True, item)):
-                    return
-            self._put((False, None))
-        except BaseException as exc:  # handed to the consumer, raised there with its traceback
-            self._put((None, exc))
-
-    def _put(self, item) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def __iter__(self):
-        try:
-            while True:
-                ok, item = self._queue.get()
-                if ok is None:
-                    raise item
-                if not ok:
-                    return
-                yield item
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        # A thread blocked in a slow source sees the flag at its next item; it is a daemon, so
-        # waiting a moment is enough (an error in training must not wait for the data).
-        self._thread.join(timeout=1.0)
-
-
 def _array_dataset_labels(dataset) -> Optional[List[np.ndarray]]:
     if isinstance(dataset, mx.gluon.data.ArrayDataset) and len(dataset._data) == 2:
         labels = dataset._data[1]
         return [labels.asnumpy() if isinstance(labels, mx.nd.NDArray) else np.asarray(labels)]
     return None
-
-
-def _as_numpy(array, name: str) -> np.ndarray:
-    """``array`` as float32 numpy (integers and float64 included: MXNet computes in float32),
-    refusing NaN and infinities, which would train a broken model without a word."""
-    if isinstance(array, mx.nd.NDArray):
-        array = array.asnumpy()
-    try:
-        array = np.asarray(array)
-        if array.dtype != np.float32:
-            array = array.astype(np.float32)
-    except Exception as exc:  # ragged lists, strings and the like
-        raise ValueError(f"{name} cannot be read as an array of numbers: {exc}") from exc
-    if array.ndim == 0:
-        raise ValueError(f"{name} must be an array with one row per sample")
-    check_finite(array, name)
-    return array
-
-
-def check_finite(array: np.ndarray, name: str) -> None:
-    """Raise ValueError naming the first row of ``array`` with a NaN or infinity."""
-    if array.size and not np.isfinite(array).all():
-        rows = ~np.isfinite(array.reshape(len(array), -1)).all(axis=1)
-        row = int(np.argmax(rows))
-        raise ValueError(f"{name} holds NaN or infinity (first in row {row}); clean or impute "
-                         "the data before training")
-
-
-def _check_dataset_arrays(dataset, name: str) -> None:
-    """NaN and infinity in the arrays of an ArrayDataset (other datasets: checked in training,
-    through the loss)."""
-    if isinstance(dataset, mx.gluon.data.ArrayDataset):
-        for i, array in enumerate(dataset._data):
-            if isinstance(array, (mx.nd.NDArray, np.ndarray)) and \
-                    np.issubdtype(np.dtype(array.dtype), np.floating):
-                check_finite(array.asnumpy() if isinstance(array, mx.nd.NDArray) else array,
-                             f"{name} array {i}")
-
-
-def _several(part) -> bool:
-    """A tuple or list of arrays (several inputs or outputs), not one array given as lists."""
-    return isinstance(part, (tuple, list)) and len(part) > 0 and \
-        all(isinstance(p, (np.ndarray, mx.nd.NDArray)) for p in part)
-
-
-def _arrays(part, name: str) -> List[np.ndarray]:
-    if _several(part):
-        return [_as_numpy(p, f"{name}[{i}]") for i, p in enumerate(part)]
-    return [_as_numpy(part, name)]
-
-
-def class_weight_table(class_weight) -> Optional[np.ndarray]:
-    """The weights of classes 0..K-1 as an array; as Keras, the keys must be exactly 0..K-1."""
-    if class_weight is None:
-        return None
-    keys = sorted(class_weight) if isinstance(class_weight, dict) else None
-    if keys is None or not all(isinstance(k, (int, np.integer)) and not isinstance(k, bool)
-                               for k in keys) or keys != list(range(len(keys))):
-        raise ValueError("class_weight must be a dict from every class index 0..K-1 to its "
-                         "weight, such as {0: 1.0, 1: 5.0}")
-    values = [class_weight[k] for k in keys]
-    if not all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool) and
-               np.isfinite(v) and v >= 0 for v in values):
-        raise ValueError(f"class_weight values must be non-negative numbers, not {values}")
-    return np.array(values, dtype=np.float32)
-
-
-def _class_weights(table: np.ndarray, labels: np.ndarray, name: str) -> np.ndarray:
-    if labels.ndim != 1:
-        raise ValueError("class_weight needs class-index labels (one per sample) for the first "
-                         "output; give sample weights instead")
-    bad = (labels != np.round(labels)) | (labels < 0) | (labels >= len(table))
-    if bad.any():
-        raise ValueError(f"class_weight covers classes 0..{len(table) - 1} but {name} has "
-                         f"the label {labels[bad][0]:g}; give a weight for every class")
-    return table[labels.astype(np.int64)]
 
 
 def source(data, name: str, class_weight=None, labelled: bool = True):
@@ -398,19 +220,19 @@ def source(data, name: str, class_weight=None, labelled: bool = True):
     ``labelled=False`` (predict): arrays are the inputs alone, a dataset's labels are ignored."""
     if not labelled and not isinstance(data, mx.gluon.data.Dataset) and \
             not isinstance(data, mx.gluon.data.DataLoader):
-        inputs = _arrays(data, f"{name} (X)")
+        inputs = arrays_of(data, f"{name} (X)")
         if len({len(a) for a in inputs}) > 1 or len(inputs[0]) == 0:
             raise ValueError(f"{name}: give inputs with one row per sample (and as many rows "
                              "in each input)")
-        return ArraySource(inputs, [], None, _several(data)), None
+        return ArraySource(inputs, [], None, several(data)), None
     if isinstance(data, (tuple, list)) and len(data) in (2, 3):
-        inputs, labels = _arrays(data[0], f"{name}[0] (X)"), _arrays(data[1], f"{name}[1] (y)")
-        weight = _arrays(data[2], f"{name}[2] (sample_weight)")[0] if len(data) == 3 else None
+        inputs, labels = arrays_of(data[0], f"{name}[0] (X)"), arrays_of(data[1], f"{name}[1] (y)")
+        weight = arrays_of(data[2], f"{name}[2] (sample_weight)")[0] if len(data) == 3 else None
         named = [(f"X[{i}]" if len(inputs) > 1 else "X", a) for i, a in enumerate(inputs)]
         named += [(f"y[{i}]" if len(labels) > 1 else "y", a) for i, a in enumerate(labels)]
         named += [("sample_weight", weight)] if weight is not None else []
         if len({len(a) for _, a in named}) > 1:
-            raise ValueError(_count_mismatch(name, inputs, named))
+            raise ValueError(count_mismatch(name, inputs, named))
         if len(inputs[0]) == 0:
             raise ValueError(f"{name} is empty")
         if weight is not None and (weight.ndim != 1 or (weight < 0).any()):
@@ -418,11 +240,11 @@ def source(data, name: str, class_weight=None, labelled: bool = True):
                              "sample")
         table = class_weight_table(class_weight)
         if table is not None:
-            by_class = _class_weights(table, labels[0], name)
+            by_class = class_weights(table, labels[0], name)
             weight = by_class if weight is None else weight * by_class
         if weight is not None and not weight.sum() > 0:
             raise ValueError(f"{name}: every sample weighs 0; nothing would be learned")
-        return ArraySource(inputs, labels, weight, _several(data[0])), None
+        return ArraySource(inputs, labels, weight, several(data[0])), None
     if isinstance(data, mx.gluon.data.DataLoader):
         sampler = data._batch_sampler
         _check_sampler(sampler, len(data._dataset), name)
@@ -438,21 +260,6 @@ def source(data, name: str, class_weight=None, labelled: bool = True):
         return _dataset_source(data, name, None, None, "keep", class_weight, labelled), None
     raise ValueError(f"{name} must be an (X, y) tuple of arrays, a gluon.data.Dataset or a "
                      f"DataLoader, not {type(data).__name__}")
-
-
-def _count_mismatch(name: str, inputs, named) -> str:
-    """Why the arrays of ``name`` have different lengths, in one short line."""
-    if len(inputs) > 1 and len(inputs) == len(named[-1][1]):  # rows given as a list
-        return (f"{name}: X is a list of {len(inputs)} arrays, which fit reads as "
-                f"{len(inputs)} inputs of the net; for one input of {len(inputs)} samples pass "
-                "one array (np.stack(X))")
-    by_length: dict = {}
-    for n, a in named:
-        by_length.setdefault(len(a), []).append(n)
-    counts = " but ".join(", ".join(ns[:3]) + (f" and {len(ns) - 3} more" if len(ns) > 3 else "")
-                       + f" {'have' if len(ns) > 1 else 'has'} {k}"
-                       for k, ns in by_length.items())
-    return f"{name}: {counts} samples; give one label (and weight) per sample"
 
 
 def _check_sampler(batch_sampler, length: int, name: str) -> None:
@@ -473,6 +280,6 @@ def _check_sampler(batch_sampler, length: int, name: str) -> None:
 def _dataset_source(dataset, name, batchify_fn, loader, last_batch, class_weight, labelled):
     if len(dataset) == 0:
         raise ValueError(f"{name} is empty")
-    _check_dataset_arrays(dataset, name)
+    check_dataset_arrays(dataset, name)
     return DatasetSource(dataset, batchify_fn, loader, last_batch,
                          class_weight_table(class_weight), labelled)

@@ -7,8 +7,8 @@ from typing import Dict, Tuple, Union
 import numpy as np
 
 from .. import kvstore as kvs, parallel
-from .data import check_count, check_not_all_dropped, source
-from .metrics import last_line
+from .checks import check_count, last_line
+from .data import check_not_all_dropped, source
 from .objective import (Objective, Tally, check_batch, check_float32, forward, named_inputs,
                         outputs_of, shapes_of)
 

@@ -8,7 +8,8 @@ import csv
 import os
 from typing import List, Optional
 
-from .callbacks import Callback, check_writable_file
+from .callbacks import Callback
+from .checks import check_writable_file
 
 TENSORBOARD_HINT = "pip install 'gluondist[tensorboard]'"
 

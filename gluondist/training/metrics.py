@@ -15,6 +15,7 @@ import math
 from typing import Dict, List, Sequence, Tuple
 
 from .._mx import mx
+from .checks import last_line
 
 
 class DeviceSums:
@@ -248,16 +249,6 @@ def check(metric_list: List[Metric], labels, preds, source: str) -> None:
             m.reset()
 
 
-def last_line(exc: BaseException) -> str:
-    """The line of an exception's message that says what went wrong (MXNet's errors put a
-    C++ stack trace first and the reason last)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = lines[-1] if lines else type(exc).__name__
-    for prefix in ("mxnet.base.MXNetError: ", "MXNetError: "):
-        text = text[len(prefix):] if text.startswith(prefix) else text
-    return text
-
-
 def reduce(pairs: Dict[str, Tuple[float, float]], metric_list: List[Metric],
            allreduce=None) -> Dict[str, float]:
     """``{name: value}`` from per-process ``(sum, count)`` pairs (the loss first) and the
@@ -273,4 +264,3 @@ def reduce(pairs: Dict[str, Tuple[float, float]], metric_list: List[Metric],
         out[name] = value[name](total, count) if name in value else \
             (total / count if count else float("nan"))
     return out
-

@@ -7,7 +7,8 @@ import os
 from typing import Optional, Sequence
 
 from .._mx import mx
-from .callbacks import Callback, check_writable_file
+from .callbacks import Callback
+from .checks import check_writable_file
 
 log = logging.getLogger(__name__)
 

@@ -8,6 +8,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from . import metrics as mtr
+from .checks import last_line
 from .._mx import mx
 
 
@@ -183,7 +184,7 @@ def check_batch(net, objective: Optional[Objective], src, name: str, ctx, batch_
             o.wait_to_read()  # MXNet reports errors when a result is read
     except Exception as exc:
         raise ValueError(f"net cannot take a batch of {name} (shape {shapes}): "
-                         f"{mtr.last_line(exc)}") from exc
+                         f"{last_line(exc)}") from exc
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     if objective is None:
         objective = Objective(loss, loss_weights, metrics, len(outs))
@@ -208,7 +209,7 @@ def check_batch(net, objective: Optional[Objective], src, name: str, ctx, batch_
     except Exception as exc:
         raise ValueError(f"loss cannot be computed on a batch of {name} (outputs of shape "
                          f"{[o.shape for o in outs]}, labels {[y.shape for y in labels]}): "
-                         f"{mtr.last_line(exc)}") from exc
+                         f"{last_line(exc)}") from exc
     _check_per_sample(objective, outs, labels, name)
     for j, ms in enumerate(objective.metrics):
         mtr.check(ms, [labels[j]], [outs[j]], f"a batch of {name}")

@@ -1,7 +1,6 @@
 """The remote side of `--launcher ssh`, run directly as the process ssh would start: its
 protocol on stdin, its exit report, and how it ends its tree when the launcher goes silent."""
 import json
-import os
 import subprocess
 import sys
 import time

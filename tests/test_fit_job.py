@@ -1,6 +1,9 @@
-"""The same fit() script in one process and under `gluondist launch`."""
+"""The same fit() script in one process and as the workers of a launched job:
+equal results, resumes and restarts, dist_async, agreement on stops, NaN and
+checkpoints, refused shards of different lengths."""
 import json
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -45,6 +48,9 @@ def resume_like_one_process(launch, tmp_path, ckpt, first):
     assert rel_diff(total(ref), total(p0)) <= 1e-4
     assert np.allclose(h0["loss"], ref_history["loss"], rtol=1e-4)
     assert first.leftovers() == [] and resumed.leftovers() == []
+
+
+RULES_SCRIPT = str(SCRIPTS / "fit_rules_job.py")
 
 
 @pytest.mark.parametrize("opts", [{}, {"clip": 0.3, "schedule": True}])
@@ -195,3 +201,44 @@ def test_a_jobs_time_split_has_the_mean_and_the_slowest_worker(launch, tmp_path)
     mean_epoch = (histories[0]["epoch_seconds"][-1] + histories[1]["epoch_seconds"][-1]) / 2
     assert sum(h[k][-1] for k in split) == pytest.approx(mean_epoch, rel=0.25)
     assert h["sync_seconds"][-1] > 0 and h["slowest_worker"][-1] in (0.0, 1.0)
+
+
+def test_shards_of_different_lengths_fail_quickly_on_every_worker(launch, tmp_path):
+    """Also evaluate's shards, and fit calls that differ in epochs or seed."""
+    started = time.monotonic()
+    job = launch("-n", 2, "-s", 1, RULES_SCRIPT, tmp_path, "shard")
+    assert job.wait(timeout=120) == 1, job.err
+    assert time.monotonic() - started < 60  # not a hang, not the stall timeout
+    line = ("the workers hold different data (train_data samples: worker 0 129, worker 1 128); "
+            "pass the whole dataset on every worker")
+    for rank in (0, 1):
+        assert (tmp_path / f"{rank}.error").read_text().startswith(line), rank
+    assert f"ValueError: {line}" in job.err
+    for rank in (0, 1):
+        assert (tmp_path / f"{rank}.evaluate").read_text().startswith(
+            "the workers called evaluate with different data (data samples: worker 0 129, "
+            "worker 1 128)")
+        assert (tmp_path / f"{rank}.epochs").read_text() == (
+            "the workers called fit with different settings (epochs: worker 0 2, worker 1 3); "
+            "every worker must make the same fit call")
+        assert (tmp_path / f"{rank}.seed").read_text().startswith(
+            "the workers called fit with different settings (seed (-1: none): worker 0 0, "
+            "worker 1 1)")
+        assert (tmp_path / f"{rank}.lr").read_text().startswith(
+            "the workers called fit with different settings (optimizer and its settings (a "
+            "checksum): worker 0 ")
+        assert (tmp_path / f"{rank}.evenshard").read_text().startswith(
+            "the workers hold different data (train_data rows (a checksum): worker 0 ")
+    assert job.leftovers() == []
+
+
+@pytest.mark.parametrize("round_", range(2))
+@pytest.mark.parametrize("kind", ["dist_sync", "dist_async"])
+def test_fits_in_a_row_on_one_checkpoint_dir_agree_on_the_checkpoint(launch, tmp_path, kind,
+                                                                     round_):
+    # without the wait for rank 0's write, a worker found an older checkpoint in every run tried
+    job = launch("-n", 2, "-s", 1, "--kvstore", kind, RULES_SCRIPT, tmp_path, "refit")
+    assert job.wait(timeout=300) == 0, job.err
+    for rank in (0, 1):  # each fit resumed the previous one's last epoch, on every worker
+        assert json.loads((tmp_path / f"{rank}.done").read_text()) == [0, 1, 2, 3, 4], rank
+    assert job.leftovers() == []

@@ -1,0 +1,179 @@
+"""One fit call's state, as callbacks see it (:class:`Run`), and how fit gets it ready:
+restore a checkpoint, join the job, agree with the other workers, make the trainer."""
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import sys
+import zlib
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .. import checkpoint, envvars, kvstore as kvs
+from ..kv.kinds import Mode
+from .callbacks import (CallbackList, Checkpointer, EpochLogger, Heartbeat, History, ProgressBar,
+                        StopAgreement)
+from .config import FitConfig
+from .evaluation import SHARD_HINT, differences
+
+
+@dataclass(eq=False)
+class Run:
+    """The state of one fit call, as callbacks see it. The public fields are the callback API
+    (see :class:`gluondist.Callback`); those with ``_`` are fit's own."""
+
+    net: object
+    trainer: object
+    history: History
+    callbacks: CallbackList
+    epochs: int
+    start: int  # the first epoch this call trains (after a resume, the one after the checkpoint)
+    steps: int  # batches per epoch on every worker
+    rank: int
+    num_workers: int
+    seed: int
+    mode: Optional[Mode]  # the kvstore's (None without one)
+    _step: kvs.TrainStep
+    _sampler: kvs.ShardedBatchSampler
+    _config: "FitConfig"
+    _terminate_on_nan: bool
+    epoch: int = field(init=False)
+    stop_training: bool = False
+
+    def __post_init__(self):
+        self.epoch = self.start
+
+    @property
+    def agree(self) -> bool:
+        """The workers step together and agree on stops, metrics and checkpoints."""
+        return self.mode is not None and self.mode.needs_agreement
+
+    @property
+    def updates_on_servers(self) -> bool:
+        """``dist_async``: the servers run the optimizer and hold its state."""
+        return self.mode is not None and self.mode.updates_on_servers
+
+
+def start(cfg: FitConfig, resume: bool, progress, terminate_on_nan: bool) -> Run:
+    """Restore from a checkpoint, join the job's kvstore, make the trainer: ready to train."""
+    net, ctxs, seed = cfg.net, cfg.ctxs, cfg.seed
+    ckpt = _restore(cfg, resume)
+    if ckpt is not None:
+        seed = ckpt.state.seed
+    kv = kvs.create(cfg.mode, len(ctxs)) if cfg.mode is not None else None
+    distributed = cfg.mode is not None and cfg.mode.distributed
+    rank, workers = (kv.rank, kv.num_workers) if distributed else (0, 1)
+    if seed is None:
+        seed = _job_seed() if distributed else random.SystemRandom().randrange(2 ** 31)
+    start = ckpt.epoch + 1 if ckpt is not None else 0
+    trainer = kvs.make_trainer(net.collect_params(), cfg.optimizer, cfg.opt_params or None,
+                               kv, len(ctxs), cfg.batch_size * cfg.accumulate)
+    step = kvs.TrainStep(trainer, kv, ctxs, cfg.batch_size, cfg.clip, cfg.accumulate)
+    if step.agree:
+        _agree(cfg, start)
+    callbacks = _callback_list(cfg, progress)
+    sampler = kvs.ShardedBatchSampler(len(cfg.train), cfg.batch_size, workers, rank, seed=seed,
+                                      last_batch=cfg.train.last_batch)
+    run = Run(net=net, trainer=trainer, history=callbacks.first(History), callbacks=callbacks,
+              epochs=cfg.epochs, start=start, steps=len(sampler), rank=rank,
+              num_workers=workers, seed=seed, mode=cfg.mode, _step=step, _sampler=sampler,
+              _config=cfg, _terminate_on_nan=terminate_on_nan)
+    if ckpt is not None:
+        checkpoint.restore_trainer(ckpt, trainer)
+        ckpt.state.apply(run, ckpt.callback_arrays)
+    return run
+
+
+def _agree(cfg: FitConfig, start: int) -> None:
+    """Fail on every worker of a dist_sync job, before any batch, when the workers would run
+    different numbers of batches (they would hang in push) or resume different epochs."""
+    differ = differences({"train_data samples": len(cfg.train),
+                          "val_data samples": len(cfg.val) if cfg.val is not None else -1})
+    # equal counts, other rows: shards of equal size (one allreduce more, before any batch)
+    differ = differ or differences({"train_data rows (a checksum)": cfg.train.fingerprint()})
+    if differ:
+        raise ValueError(f"the workers hold different data ({differ}); {SHARD_HINT}")
+    last = {"keep": 0, "discard": 1}
+    differ = differences({"batch_size": cfg.batch_size, "val batch size": cfg.val_batch,
+                          "epochs": cfg.epochs, "accumulate": cfg.accumulate,
+                          "seed (-1: none)": -1 if cfg.seed is None else cfg.seed,
+                          "last_batch (0: keep, 1: discard)": last[cfg.train.last_batch],
+                          "val last_batch (0: keep, 1: discard)":
+                              last[cfg.val.last_batch] if cfg.val is not None else -1,
+                          "optimizer and its settings (a checksum)": _settings_digest(cfg)})
+    if differ:
+        raise ValueError(f"the workers called fit with different settings ({differ}); every "
+                         "worker must make the same fit call")
+    if differences({"resumed epoch": start}):
+        raise RuntimeError("workers found different checkpoints in checkpoint_dir: it must "
+                           "be one directory that every worker sees (a shared filesystem)")
+
+
+def _settings_digest(cfg: FitConfig) -> int:
+    """A checksum of the optimizer, its settings and clip_global_norm (24 bits, exact in
+    any float): workers whose optimizers differ would train apart without a word."""
+    def plain(value, depth=0):
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, dict) and depth < 2:
+            return sorted((str(k), plain(v, depth + 1)) for k, v in value.items())
+        if isinstance(value, (list, tuple)) and depth < 2:
+            return [plain(v, depth + 1) for v in value]
+        if depth < 1 and hasattr(value, "__dict__"):  # an optimizer, an lr_scheduler
+            return [type(value).__name__, plain({k: v for k, v in vars(value).items()
+                                                 if not k.startswith("_")}, depth + 1)]
+        return type(value).__name__  # what differs across processes (addresses) stays out
+    text = repr([plain(cfg.optimizer), plain(cfg.opt_params), cfg.clip])
+    return zlib.crc32(text.encode()) % (1 << 24)
+
+
+def _restore(cfg: FitConfig, resume: bool) -> Optional[checkpoint.Checkpoint]:
+    """Load the newest checkpoint of this run into the net (every worker reads it)."""
+    directory = cfg.checkpoint_dir
+    if directory is None:
+        return None
+    if not resume:
+        if kvs.rank() == 0:
+            checkpoint.start_fresh(directory)
+        return None
+    ckpt = checkpoint.load_latest(directory)
+    if ckpt is None:
+        return None
+    if ckpt.state.signature != checkpoint.signature(cfg.net):
+        raise ValueError(f"checkpoint_dir {directory} holds a checkpoint of a different model "
+                         f"({ckpt.path.name}); pass a directory of its own, or resume=False to "
+                         "start a fresh run there (the old checkpoints are then never resumed)")
+    checkpoint.restore_net(ckpt, cfg.net)
+    return ckpt
+
+
+def _callback_list(cfg: FitConfig, progress) -> CallbackList:
+    """The user's callbacks with fit's own around them, unless the user passed their kind:
+    the bar or log line first, then the user's, the stop agreement (a job's workers agree on
+    the user's stop requests), History, the heartbeat, the checkpoint last (so it records what
+    every other callback did this epoch)."""
+    mine = [cb for cb in cfg.callbacks if not isinstance(cb, Checkpointer)]
+    has = lambda kind: any(isinstance(cb, kind) for cb in mine)
+    before, after = [], [StopAgreement()]
+    if not has(ProgressBar) and not has(EpochLogger):
+        before.append(ProgressBar() if (progress if progress is not None else _interactive())
+                      else EpochLogger())
+    if not has(History):
+        after.append(History())
+    if not has(Heartbeat):
+        after.append(Heartbeat())
+    if cfg.checkpoint_dir is not None:  # the user's (see _checkpoint_dir), or fit's own
+        after.append(next((cb for cb in cfg.callbacks if isinstance(cb, Checkpointer)),
+                          None) or Checkpointer(cfg.checkpoint_dir))
+    return CallbackList(before + mine + after)
+
+
+def _job_seed() -> int:
+    """A seed every worker of this job derives alike (it differs from job to job)."""
+    job = f"{os.environ.get(envvars.DMLC_PS_ROOT_URI)}:{os.environ.get(envvars.DMLC_PS_ROOT_PORT)}"
+    return int(hashlib.sha256(job.encode()).hexdigest()[:8], 16) % (2 ** 31)
+
+
+def _interactive() -> bool:
+    return "ipykernel" in sys.modules or sys.stderr.isatty()
