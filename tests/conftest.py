@@ -9,8 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gluondist.training.callbacks import SPEED_KEYS
-
 HERE = Path(__file__).parent
 SCRIPTS = HERE / "scripts"
 ROOT = HERE.parent
@@ -148,10 +146,9 @@ def rel_diff(a, b):
     return abs(a - b) / max(abs(a), abs(b), 1e-12)
 
 
-
-
 def curves(history):
     """A History dict without its timing keys (which differ from run to run)."""
+    from gluondist.training.callbacks import SPEED_KEYS
     return {k: v for k, v in history.items() if k not in SPEED_KEYS}
 
 

@@ -10,6 +10,7 @@ import gluondist
 from gluondist import Callback, EarlyStopping, SaveBest, TensorBoard
 
 from conftest import fit_mlp, mlp, wait_until
+from fits import Feed, Interrupt
 
 
 class Recorder(Callback):
@@ -35,35 +36,7 @@ class Recorder(Callback):
         self.events.append("done")
 
 
-class Feed(Callback):
-    """Replaces the logs' values so that EarlyStopping sees a scripted series."""
-
-    def __init__(self, key, values):
-        self.key, self.values = key, values
-
-    def on_epoch_end(self, run, epoch, logs):
-        logs[self.key] = self.values[epoch]
-
-
-_fit = fit_mlp
-
-
 gdata = mx.gluon.data
-
-
-class Interrupt(Callback):
-    """Raises KeyboardInterrupt (a Ctrl-C) after batch ``batch`` of epoch ``epoch``; records
-    the exception its on_exception hook hears of."""
-
-    def __init__(self, epoch, batch):
-        self.where, self.heard = (epoch, batch), None
-
-    def on_batch_end(self, run, batch, logs):
-        if (run.epoch, batch) == self.where:
-            raise KeyboardInterrupt
-
-    def on_exception(self, run, exc):
-        self.heard = exc
 
 
 def gluondist_threads():
@@ -124,8 +97,8 @@ def test_early_stopping_names_a_typo_and_knows_our_metrics(small):
 def test_restore_best_weights_leaves_the_best_epoch(small):
     stop = EarlyStopping("val_loss", patience=20, restore_best_weights=True)
     # lr 1.5 overshoots: val_loss is not at its best in the last epoch
-    net, h = _fit(small[0], epochs=6, val_data=small[1], callbacks=[stop],
-                  optimizer_params={"learning_rate": 1.5, "momentum": 0.9})
+    net, h = fit_mlp(small[0], epochs=6, val_data=small[1], callbacks=[stop],
+                     optimizer_params={"learning_rate": 1.5, "momentum": 0.9})
     best = min(h.history["val_loss"])
     assert h.history["val_loss"][-1] != best
     assert gluondist.evaluate(net, small[1])["loss"] == pytest.approx(best, rel=1e-6)
@@ -133,8 +106,8 @@ def test_restore_best_weights_leaves_the_best_epoch(small):
 
 def test_save_best_writes_the_best_weights_for_plain_mxnet(small, tmp_path):
     path = tmp_path / "best.params"
-    net, h = _fit(small[0], epochs=6, val_data=small[1], callbacks=[SaveBest(path)],
-                  optimizer_params={"learning_rate": 1.5, "momentum": 0.9})
+    net, h = fit_mlp(small[0], epochs=6, val_data=small[1], callbacks=[SaveBest(path)],
+                     optimizer_params={"learning_rate": 1.5, "momentum": 0.9})
     loaded = mlp()
     loaded.load_parameters(str(path))
     best = min(h.history["val_loss"])
@@ -145,7 +118,7 @@ def test_save_best_writes_the_best_weights_for_plain_mxnet(small, tmp_path):
 def test_an_unusable_save_best_path_fails_before_training(small, tmp_path):
     for path in (tmp_path / "missing" / "best.params", tmp_path):
         with pytest.raises(ValueError, match="SaveBest cannot write"):
-            _fit(small[0], val_data=small[1], callbacks=[SaveBest(path)], epochs=1)
+            fit_mlp(small[0], val_data=small[1], callbacks=[SaveBest(path)], epochs=1)
 
 
 # 18.5 and the notebook trap: an interrupted fit closes what it opened

@@ -18,51 +18,7 @@ import gluondist
 from gluondist import Callback, checkpoint, Checkpointer, CSVLogger, EarlyStopping
 
 from conftest import fit_mlp, mlp, OPT, param_sum, rel_diff, SCRIPTS, wait_until
-
-
-def _run(ctx, data, epochs=2, seed=7, **kw):
-    net = mlp()
-    params = dict(OPT, **kw.pop("optimizer_params", {}))
-    h = gluondist.fit(net, data, epochs=epochs, batch_size=kw.pop("batch_size", 30), ctx=ctx,
-                      seed=seed, optimizer_params=params, **kw)
-    return net, h
-
-
-class Feed(Callback):
-    """Replaces the logs' values so that EarlyStopping sees a scripted series."""
-
-    def __init__(self, key, values):
-        self.key, self.values = key, values
-
-    def on_epoch_end(self, run, epoch, logs):
-        logs[self.key] = self.values[epoch]
-
-
-_fit = fit_mlp
-
-
-def params_of(net):
-    return {k: p.data().asnumpy() for k, p in net._collect_params_with_prefix().items()}
-
-
-def same_params(a, b):
-    pa, pb = params_of(a), params_of(b)
-    return pa.keys() == pb.keys() and all(np.array_equal(pa[k], pb[k]) for k in pa)
-
-
-class Interrupt(Callback):
-    """Raises KeyboardInterrupt (a Ctrl-C) after batch ``batch`` of epoch ``epoch``; records
-    the exception its on_exception hook hears of."""
-
-    def __init__(self, epoch, batch):
-        self.where, self.heard = (epoch, batch), None
-
-    def on_batch_end(self, run, batch, logs):
-        if (run.epoch, batch) == self.where:
-            raise KeyboardInterrupt
-
-    def on_exception(self, run, exc):
-        self.heard = exc
+from fits import Feed, Interrupt, fit_on, same_params
 
 
 # (10) a full disk
@@ -106,27 +62,27 @@ def _planted(directory, state):
 
 
 def test_resume_continues_where_an_interrupted_run_stopped(small, tmp_path):
-    full, hf = _run(None, small[0], epochs=4)
-    first, _ = _run(None, small[0], epochs=2, checkpoint_dir=tmp_path)
+    full, hf = fit_on(None, small[0], epochs=4)
+    first, _ = fit_on(None, small[0], epochs=2, checkpoint_dir=tmp_path)
     assert sorted(os.listdir(tmp_path)) == ["ckpt-000000", "ckpt-000001"]
-    resumed, hr = _run(None, small[0], epochs=4, seed=99, checkpoint_dir=tmp_path)  # seed kept
+    resumed, hr = fit_on(None, small[0], epochs=4, seed=99, checkpoint_dir=tmp_path)  # seed kept
     assert rel_diff(param_sum(full), param_sum(resumed)) <= 1e-4
     assert np.allclose(hr.history["loss"], hf.history["loss"], rtol=1e-4)
     assert sorted(os.listdir(tmp_path)) == ["ckpt-000002", "ckpt-000003"]
 
 
 def test_resume_false_starts_over(small, tmp_path):
-    _run(None, small[0], epochs=2, checkpoint_dir=tmp_path)
-    _, h = _run(None, small[0], epochs=1, checkpoint_dir=tmp_path, resume=False)
+    fit_on(None, small[0], epochs=2, checkpoint_dir=tmp_path)
+    _, h = fit_on(None, small[0], epochs=1, checkpoint_dir=tmp_path, resume=False)
     assert len(h.history["loss"]) == 1
 
 
 def test_resume_false_starts_a_fresh_run_that_later_resumes(small, tmp_path):
-    _fit(small[0], epochs=5, checkpoint_dir=tmp_path)  # run A
-    full, hf = _fit(small[0], epochs=4, seed=3)
-    _, hb = _fit(small[0], epochs=3, seed=3, checkpoint_dir=tmp_path, resume=False)  # run B
+    fit_mlp(small[0], epochs=5, checkpoint_dir=tmp_path)  # run A
+    full, hf = fit_mlp(small[0], epochs=4, seed=3)
+    _, hb = fit_mlp(small[0], epochs=3, seed=3, checkpoint_dir=tmp_path, resume=False)  # run B
     assert len(hb.history["loss"]) == 3
-    resumed, hr = _fit(small[0], epochs=4, seed=3, checkpoint_dir=tmp_path)  # continues B
+    resumed, hr = fit_mlp(small[0], epochs=4, seed=3, checkpoint_dir=tmp_path)  # continues B
     assert len(hr.history["loss"]) == 4
     assert rel_diff(param_sum(full), param_sum(resumed)) <= 1e-4
     assert np.allclose(hr.history["loss"], hf.history["loss"], rtol=1e-4)
@@ -134,53 +90,48 @@ def test_resume_false_starts_a_fresh_run_that_later_resumes(small, tmp_path):
 
 def test_resume_false_then_a_crash_before_any_checkpoint_never_resumes_the_old_run(small,
                                                                                 tmp_path):
-    _fit(small[0], epochs=3, checkpoint_dir=tmp_path)
+    fit_mlp(small[0], epochs=3, checkpoint_dir=tmp_path)
 
     class Crash(Callback):
         def on_batch_end(self, run, batch, logs):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        _fit(small[0], epochs=3, checkpoint_dir=tmp_path, resume=False, callbacks=[Crash()])
-    _, h = _fit(small[0], epochs=1, checkpoint_dir=tmp_path)
+        fit_mlp(small[0], epochs=3, checkpoint_dir=tmp_path, resume=False, callbacks=[Crash()])
+    _, h = fit_mlp(small[0], epochs=1, checkpoint_dir=tmp_path)
     assert len(h.history["loss"]) == 1  # a fresh start, not run A's epoch 3
 
 
 def test_a_stop_mid_epoch_then_resume_equals_an_uninterrupted_run(small, tmp_path):
-    full, hf = _fit(small[0], epochs=4)
-    _, hs = _fit(small[0], epochs=4, checkpoint_dir=tmp_path, callbacks=[StopAt(1, 3)])
+    full, hf = fit_mlp(small[0], epochs=4)
+    _, hs = fit_mlp(small[0], epochs=4, checkpoint_dir=tmp_path, callbacks=[StopAt(1, 3)])
     assert len(hs.history["loss"]) == 2  # epoch 2 (index 1) was finished, then it stopped
-    resumed, hr = _fit(small[0], epochs=4, checkpoint_dir=tmp_path)
+    resumed, hr = fit_mlp(small[0], epochs=4, checkpoint_dir=tmp_path)
     assert rel_diff(param_sum(full), param_sum(resumed)) <= 1e-4
     assert np.allclose(hr.history["loss"], hf.history["loss"], rtol=1e-4)
 
 
-def test_a_run_that_stopped_early_resumes_to_where_it_ended(small, tmp_path):
-    class Feed(Callback):
-        def on_epoch_end(self, run, epoch, logs):
-            logs["val_loss"] = [3, 2, 2.5, 2.6, 2.7, 2.8][epoch]
+VAL_LOSSES = [3, 2, 2.5, 2.6, 2.7, 2.8]  # scripted: EarlyStopping(patience=1) stops after epoch 3
 
-    full, hf = _fit(small[0], epochs=6, val_data=small[1],
-                    callbacks=[Feed(), EarlyStopping(patience=1)])
-    _fit(small[0], epochs=6, val_data=small[1], checkpoint_dir=tmp_path,
-         callbacks=[Feed(), EarlyStopping(patience=1)])
-    again, h = _fit(small[0], epochs=6, val_data=small[1], checkpoint_dir=tmp_path,
-                    callbacks=[Feed(), EarlyStopping(patience=1)])
+
+def test_a_run_that_stopped_early_resumes_to_where_it_ended(small, tmp_path):
+    full, hf = fit_mlp(small[0], epochs=6, val_data=small[1],
+                       callbacks=[Feed("val_loss", VAL_LOSSES), EarlyStopping(patience=1)])
+    fit_mlp(small[0], epochs=6, val_data=small[1], checkpoint_dir=tmp_path,
+            callbacks=[Feed("val_loss", VAL_LOSSES), EarlyStopping(patience=1)])
+    again, h = fit_mlp(small[0], epochs=6, val_data=small[1], checkpoint_dir=tmp_path,
+                       callbacks=[Feed("val_loss", VAL_LOSSES), EarlyStopping(patience=1)])
     assert len(h.history["loss"]) == len(hf.history["loss"]) == 3
     assert param_sum(again) == param_sum(full)
 
 
 def test_early_stopping_state_survives_a_resume(small, tmp_path):
-    class Feed(Callback):
-        def on_epoch_end(self, run, epoch, logs):
-            logs["val_loss"] = [3, 2, 2.5, 2.6, 2.7, 2.8][epoch]
-
     stop = EarlyStopping(patience=2)
-    _, h = _fit(small[0], epochs=3, val_data=small[1], checkpoint_dir=tmp_path,
-                callbacks=[Feed(), stop])
+    _, h = fit_mlp(small[0], epochs=3, val_data=small[1], checkpoint_dir=tmp_path,
+                   callbacks=[Feed("val_loss", VAL_LOSSES), stop])
     resumed = EarlyStopping(patience=2)
-    _, h = _fit(small[0], epochs=6, val_data=small[1], checkpoint_dir=tmp_path,
-                callbacks=[Feed(), resumed])
+    _, h = fit_mlp(small[0], epochs=6, val_data=small[1], checkpoint_dir=tmp_path,
+                   callbacks=[Feed("val_loss", VAL_LOSSES), resumed])
     # 2.5, then 2.6 after the resume: two epochs without improving on 2 (patience 2) -> stop;
     # without its state it would start over at 2.6 and run all six epochs
     assert len(h.history["loss"]) == 4 and resumed.stopped_epoch == 3
@@ -190,11 +141,11 @@ def test_best_weights_survive_a_resume(small, tmp_path):
     kw = dict(val_data=small[1], checkpoint_dir=tmp_path / "ckpt",
               optimizer_params={"learning_rate": 1.5, "momentum": 0.9})
     full_stop = EarlyStopping("val_loss", patience=20, restore_best_weights=True)
-    full, hf = _fit(small[0], epochs=6, callbacks=[full_stop],
-                    val_data=small[1], optimizer_params=kw["optimizer_params"])
-    _fit(small[0], epochs=3, callbacks=[EarlyStopping("val_loss", patience=20,
+    full, hf = fit_mlp(small[0], epochs=6, callbacks=[full_stop],
+                       val_data=small[1], optimizer_params=kw["optimizer_params"])
+    fit_mlp(small[0], epochs=3, callbacks=[EarlyStopping("val_loss", patience=20,
                                                       restore_best_weights=True)], **kw)
-    resumed, hr = _fit(small[0], epochs=6, callbacks=[
+    resumed, hr = fit_mlp(small[0], epochs=6, callbacks=[
         EarlyStopping("val_loss", patience=20, restore_best_weights=True)], **kw)
     assert rel_diff(param_sum(full), param_sum(resumed)) <= 1e-4
 
@@ -233,9 +184,9 @@ def test_a_passed_checkpointer_is_resumed_from(small, tmp_path):
 
 def test_adam_resumed_on_more_devices_keeps_every_copy_equal(small, tmp_path):
     adam = dict(optimizer="adam", optimizer_params={"learning_rate": 0.01})
-    full, _ = _fit(small[0], epochs=3, **adam)
-    _fit(small[0], epochs=2, ctx=1, checkpoint_dir=tmp_path, **adam)
-    resumed, _ = _fit(small[0], epochs=3, ctx=2, checkpoint_dir=tmp_path, **adam)
+    full, _ = fit_mlp(small[0], epochs=3, **adam)
+    fit_mlp(small[0], epochs=2, ctx=1, checkpoint_dir=tmp_path, **adam)
+    resumed, _ = fit_mlp(small[0], epochs=3, ctx=2, checkpoint_dir=tmp_path, **adam)
     for p in resumed.collect_params().values():
         a, b = (d.asnumpy() for d in p.list_data())
         assert np.array_equal(a, b), p.name
@@ -243,41 +194,41 @@ def test_adam_resumed_on_more_devices_keeps_every_copy_equal(small, tmp_path):
 
 
 def test_checkpoint_of_another_model_is_refused(small, tmp_path):
-    _run(None, small[0], epochs=1, checkpoint_dir=tmp_path)
+    fit_on(None, small[0], epochs=1, checkpoint_dir=tmp_path)
     with pytest.raises(ValueError, match="checkpoint of a different model"):
         gluondist.fit(mlp(hidden=16), small[0], epochs=2, checkpoint_dir=tmp_path)
 
 
 def test_foreign_checkpoint_message_suggests_what_works(small, tmp_path):
-    _fit(small[0], epochs=1, checkpoint_dir=tmp_path)
+    fit_mlp(small[0], epochs=1, checkpoint_dir=tmp_path)
     with pytest.raises(ValueError, match="different model.*resume=False") as info:
-        _fit(small[0], net=mlp(hidden=16), checkpoint_dir=tmp_path)
-    _, h = _fit(small[0], epochs=1, net=mlp(hidden=16), checkpoint_dir=tmp_path, resume=False)
+        fit_mlp(small[0], net=mlp(hidden=16), checkpoint_dir=tmp_path)
+    _, h = fit_mlp(small[0], epochs=1, net=mlp(hidden=16), checkpoint_dir=tmp_path, resume=False)
     assert len(h.history["loss"]) == 1 and "ckpt-000000" in str(info.value)
 
 
 def test_a_checkpoint_of_another_optimizer_is_refused_before_training(small, tmp_path):
-    _fit(small[0], epochs=1, checkpoint_dir=tmp_path)
+    fit_mlp(small[0], epochs=1, checkpoint_dir=tmp_path)
     net = mlp()
     with pytest.raises(ValueError, match="state of a SGD optimizer, not Adam.*resume=False"):
-        _fit(small[0], net=net, checkpoint_dir=tmp_path, optimizer="adam",
-             optimizer_params={"learning_rate": 0.01})
+        fit_mlp(small[0], net=net, checkpoint_dir=tmp_path, optimizer="adam",
+                optimizer_params={"learning_rate": 0.01})
 
 
 def test_a_checkpoint_of_the_earlier_format_is_refused_not_skipped(small, tmp_path):
     # format 2 derived the per-epoch seeds differently: resuming it would not replay its run
-    _fit(small[0], epochs=1, checkpoint_dir=tmp_path)
+    fit_mlp(small[0], epochs=1, checkpoint_dir=tmp_path)
     path = tmp_path / "ckpt-000000" / "state.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "format": 2}))
     with pytest.raises(ValueError, match=r"ckpt-000000 was written by an earlier gluondist "
                                          r"\(checkpoint format 2.*pass resume=False"):
-        _fit(small[0], epochs=2, checkpoint_dir=tmp_path)
-    _, h = _fit(small[0], epochs=1, checkpoint_dir=tmp_path, resume=False)
+        fit_mlp(small[0], epochs=2, checkpoint_dir=tmp_path)
+    _, h = fit_mlp(small[0], epochs=1, checkpoint_dir=tmp_path, resume=False)
     assert len(h.history["loss"]) == 1
 
 
 def test_a_checkpoint_opens_with_plain_mxnet(small, tmp_path):
-    net, h = _fit(small[0], epochs=2, checkpoint_dir=tmp_path)
+    net, h = fit_mlp(small[0], epochs=2, checkpoint_dir=tmp_path)
     newest = tmp_path / "ckpt-000001"
     state = json.loads((newest / "state.json").read_text())
     assert state["epoch"] == 1 and state["history"] == h.history
@@ -290,7 +241,7 @@ def test_a_checkpoint_opens_with_plain_mxnet(small, tmp_path):
 
 def test_a_planted_pickle_is_never_executed(small, tmp_path):
     ckpt, proof = tmp_path / "ckpt", tmp_path / "executed"
-    _fit(small[0], epochs=1, checkpoint_dir=ckpt)
+    fit_mlp(small[0], epochs=1, checkpoint_dir=ckpt)
     newest = ckpt / "ckpt-000000"
     for target in (ckpt / "epoch-0005.ckpt", newest / "trainer.states"):
         target.write_bytes(pickle.dumps(Planted(str(proof))))
@@ -298,13 +249,13 @@ def test_a_planted_pickle_is_never_executed(small, tmp_path):
     planted.mkdir()
     (planted / "state.json").write_bytes(pickle.dumps(Planted(str(proof))))
     (planted / "net.params").write_bytes(pickle.dumps(Planted(str(proof))))
-    net, h = _fit(small[0], epochs=3, checkpoint_dir=ckpt)
+    net, h = fit_mlp(small[0], epochs=3, checkpoint_dir=ckpt)
     assert not proof.exists()
     assert len(h.history["loss"]) == 3  # nothing usable: started over
 
 
 def test_unreadable_checkpoint_is_skipped_with_a_warning(small, tmp_path, caplog):
-    _fit(small[0], epochs=2, checkpoint_dir=tmp_path)
+    fit_mlp(small[0], epochs=2, checkpoint_dir=tmp_path)
     (tmp_path / "ckpt-000001" / "state.json").write_text("{not json")
     ckpt = checkpoint.load_latest(tmp_path)
     assert ckpt.epoch == 0
@@ -319,18 +270,18 @@ def test_unreadable_checkpoint_is_skipped_with_a_warning(small, tmp_path, caplog
     lambda s: s["optimizer"]["states"].update({"0": {"array": "nope"}}),
 ])
 def test_malformed_checkpoints_are_skipped_not_crashed_on(small, tmp_path, caplog, edit):
-    _fit(small[0], epochs=1, checkpoint_dir=tmp_path)
+    fit_mlp(small[0], epochs=1, checkpoint_dir=tmp_path)
     state = json.loads((tmp_path / "ckpt-000000" / "state.json").read_text())
     edit(state)
     bad = tmp_path / "ckpt-000050"
     shutil.copytree(tmp_path / "ckpt-000000", bad)
     (bad / "state.json").write_text(json.dumps(state))
-    _, h = _fit(small[0], epochs=2, checkpoint_dir=tmp_path)
+    _, h = fit_mlp(small[0], epochs=2, checkpoint_dir=tmp_path)
     assert len(h.history["loss"]) == 2 and "skipping checkpoint" in caplog.text
 
 
 def test_fifos_deep_json_and_odd_run_files_never_hang_or_crash(small, tmp_path, caplog):
-    _fit(small[0], epochs=1, checkpoint_dir=tmp_path)
+    fit_mlp(small[0], epochs=1, checkpoint_dir=tmp_path)
     os.mkfifo(_planted(tmp_path, "{}") / "net.params")
     fifo = tmp_path / "ckpt-000060"
     fifo.mkdir()
@@ -339,13 +290,13 @@ def test_fifos_deep_json_and_odd_run_files_never_hang_or_crash(small, tmp_path, 
     _planted_deep.mkdir()
     (_planted_deep / "state.json").write_text("[" * 100000 + "]" * 100000)
     (tmp_path / "run.json").write_text('{"first": Infinity}')
-    _, h = _fit(small[0], epochs=2, checkpoint_dir=tmp_path)
+    _, h = fit_mlp(small[0], epochs=2, checkpoint_dir=tmp_path)
     assert len(h.history["loss"]) == 2  # resumed epoch 0's checkpoint, skipping the rest
     assert "ignoring" in caplog.text and caplog.text.count("skipping checkpoint") == 3
     (tmp_path / "run.json").unlink()
     (tmp_path / "run.json").mkdir()
     with pytest.raises(ValueError, match="run.json is not a regular file; remove it"):
-        _fit(small[0], checkpoint_dir=tmp_path, resume=False)
+        fit_mlp(small[0], checkpoint_dir=tmp_path, resume=False)
 
 
 def test_kill_during_a_checkpoint_write_keeps_the_previous_one(tmp_path):

@@ -9,13 +9,10 @@ import gluondist
 from conftest import fit_mlp, mlp
 
 
-_fit = fit_mlp
-
-
 @pytest.mark.parametrize("ctx", [1, 2])
 def test_evaluate_right_after_fit_gives_its_last_validation_figures(small, ctx):
     metrics = lambda: ["acc", mx.metric.TopKAccuracy(3)]
-    net, h = _fit(small[0], val_data=small[1], ctx=ctx, metrics=metrics())
+    net, h = fit_mlp(small[0], val_data=small[1], ctx=ctx, metrics=metrics())
     figures = gluondist.evaluate(net, small[1], metrics=metrics(), ctx=ctx)
     assert set(figures) == {"loss", "accuracy", "top_k_accuracy_3"}
     for key, value in figures.items():
@@ -23,7 +20,7 @@ def test_evaluate_right_after_fit_gives_its_last_validation_figures(small, ctx):
 
 
 def test_predict_returns_outputs_in_sample_order(small):
-    net, h = _fit(small[0], val_data=small[1])
+    net, h = fit_mlp(small[0], val_data=small[1])
     out = gluondist.predict(net, small[1][0], batch_size=64, ctx=2)
     assert isinstance(out, np.ndarray) and out.shape == (200, 10)
     accuracy = (out.argmax(axis=1) == small[1][1]).mean()

@@ -12,41 +12,7 @@ import gluondist
 from gluondist import Callback, checkpoint, EarlyStopping
 
 from conftest import curves, fit_mlp, mlp, OPT, param_sum, rel_diff
-
-
-def _run(ctx, data, epochs=2, seed=7, **kw):
-    net = mlp()
-    params = dict(OPT, **kw.pop("optimizer_params", {}))
-    h = gluondist.fit(net, data, epochs=epochs, batch_size=kw.pop("batch_size", 30), ctx=ctx,
-                      seed=seed, optimizer_params=params, **kw)
-    return net, h
-
-
-_fit = fit_mlp
-
-
-def _two_by_two(n=300, seed=0):
-    rs = np.random.RandomState(seed)
-    X1, X2 = rs.rand(n, 6).astype(np.float32), rs.rand(n, 4).astype(np.float32)
-    y1 = (X1[:, 0] + X2[:, 0] > 1).astype(np.float32)  # a class
-    y2 = (X1 @ rs.rand(6) + X2 @ rs.rand(4)).astype(np.float32)  # a value
-    return (X1, X2), (y1, y2)
-
-
-class TwoByTwo(mx.gluon.HybridBlock):
-    def __init__(self):
-        super().__init__()
-        self.a, self.b = mx.gluon.nn.Dense(16, activation="relu"), mx.gluon.nn.Dense(16)
-        self.cls, self.reg = mx.gluon.nn.Dense(2), mx.gluon.nn.Dense(1)
-
-    def hybrid_forward(self, F, x1, x2):
-        h = F.relu(self.a(x1) + self.b(x2))
-        return self.cls(h), self.reg(h)
-
-
-def _three(n=90):
-    rs = np.random.RandomState(0)
-    return rs.rand(n, 6).astype(np.float32), rs.randint(0, 3, n).astype(np.float32)
+from fits import Interrupt, TwoByTwo, fit_on, same_params, three_classes, two_by_two
 
 
 class SlowDigits(mx.gluon.data.Dataset):
@@ -65,30 +31,6 @@ class SlowDigits(mx.gluon.data.Dataset):
 
 
 gdata = mx.gluon.data
-
-
-def params_of(net):
-    return {k: p.data().asnumpy() for k, p in net._collect_params_with_prefix().items()}
-
-
-def same_params(a, b):
-    pa, pb = params_of(a), params_of(b)
-    return pa.keys() == pb.keys() and all(np.array_equal(pa[k], pb[k]) for k in pa)
-
-
-class Interrupt(Callback):
-    """Raises KeyboardInterrupt (a Ctrl-C) after batch ``batch`` of epoch ``epoch``; records
-    the exception its on_exception hook hears of."""
-
-    def __init__(self, epoch, batch):
-        self.where, self.heard = (epoch, batch), None
-
-    def on_batch_end(self, run, batch, logs):
-        if (run.epoch, batch) == self.where:
-            raise KeyboardInterrupt
-
-    def on_exception(self, run, exc):
-        self.heard = exc
 
 
 # (3) seed seeds numpy's and Python's global RNGs, and resume replays them
@@ -160,7 +102,7 @@ def test_plot_writes_a_png(small, tmp_path):
 
 
 def test_empty_history_plot_is_a_clear_error(small, tmp_path):
-    _, h = _fit(small[0], epochs=0)
+    _, h = fit_mlp(small[0], epochs=0)
     with pytest.raises(ValueError, match="no epochs to plot"):
         h.plot(tmp_path / "x.png")
 
@@ -174,18 +116,18 @@ def test_two_contexts_end_where_one_does(small, extra):
     extra = dict(extra)
     if "optimizer_params" in extra:
         extra["optimizer_params"]["lr_scheduler"] = mx.lr_scheduler.FactorScheduler(5, 0.5)
-    one, h1 = _run([mx.cpu(0)], small[0], **dict(extra))
+    one, h1 = fit_on([mx.cpu(0)], small[0], **dict(extra))
     if "optimizer_params" in extra:
         extra["optimizer_params"]["lr_scheduler"] = mx.lr_scheduler.FactorScheduler(5, 0.5)
-    two, h2 = _run([mx.cpu(0), mx.cpu(1)], small[0], **extra)
+    two, h2 = fit_on([mx.cpu(0), mx.cpu(1)], small[0], **extra)
     assert rel_diff(param_sum(one), param_sum(two)) <= 1e-4
     assert np.allclose(h1.history["loss"], h2.history["loss"], rtol=1e-4)
 
 
 def test_same_seed_same_result_different_seed_different(small):
-    a, _ = _run(None, small[0], seed=1)
-    b, _ = _run(None, small[0], seed=1)
-    c, _ = _run(None, small[0], seed=2)
+    a, _ = fit_on(None, small[0], seed=1)
+    b, _ = fit_on(None, small[0], seed=1)
+    c, _ = fit_on(None, small[0], seed=2)
     assert param_sum(a) == param_sum(b) != param_sum(c)
 
 
@@ -206,8 +148,8 @@ def test_seed_makes_global_rng_transforms_reproducible_and_resume_exact(small, t
 
 def test_clipping_bounds_each_step(small):
     (X, y), _ = small
-    free, _ = _run(None, (X, y * 0 + 9), epochs=1, optimizer_params={"momentum": 0.0})
-    clipped, _ = _run(None, (X, y * 0 + 9), epochs=1,
+    free, _ = fit_on(None, (X, y * 0 + 9), epochs=1, optimizer_params={"momentum": 0.0})
+    clipped, _ = fit_on(None, (X, y * 0 + 9), epochs=1,
                       optimizer_params={"momentum": 0.0, "clip_global_norm": 1e-3})
     start = mlp()
     gluondist.fit(start, (X, y), epochs=0, seed=7)  # same init, no step
@@ -229,15 +171,15 @@ def test_accumulating_4_batches_of_16_equals_batches_of_64(small, ctx):
     schedule = lambda: mx.lr_scheduler.FactorScheduler(step=3, factor=0.7)
     params = lambda: {"learning_rate": 0.1, "momentum": 0.9, "clip_global_norm": 2.0,
                       "lr_scheduler": schedule()}
-    big, hb = _fit(small[0], epochs=3, batch_size=64, ctx=ctx, optimizer_params=params())
-    acc, ha = _fit(small[0], epochs=3, batch_size=16, ctx=ctx, accumulate=4,
-                   optimizer_params=params())
+    big, hb = fit_mlp(small[0], epochs=3, batch_size=64, ctx=ctx, optimizer_params=params())
+    acc, ha = fit_mlp(small[0], epochs=3, batch_size=16, ctx=ctx, accumulate=4,
+                      optimizer_params=params())
     assert rel_diff(param_sum(big), param_sum(acc)) <= 1e-4
     assert np.allclose(ha.history["loss"], hb.history["loss"], rtol=1e-4)
 
 
 def test_a_two_input_two_output_net_trains_with_per_output_figures():
-    X, y = _two_by_two()
+    X, y = two_by_two()
     net = TwoByTwo()
     net.hybridize()
     losses = [mx.gluon.loss.SoftmaxCrossEntropyLoss(), mx.gluon.loss.L2Loss()]
@@ -267,7 +209,7 @@ def test_a_net_returning_a_one_tuple_trains():
         def hybrid_forward(self, F, x):
             return (self.dense(x),)
 
-    X, y = _three()
+    X, y = three_classes()
     net = OneTuple()
     h = gluondist.fit(net, (X, y), val_data=(X, y), epochs=2, batch_size=16, seed=0)
     assert gluondist.evaluate(net, (X, y))["accuracy"] == \
@@ -276,7 +218,7 @@ def test_a_net_returning_a_one_tuple_trains():
 
 def test_speed_is_in_the_history_and_the_log_line(small, caplog):
     caplog.set_level(logging.INFO, logger="gluondist")
-    _, h = _fit(small[0], epochs=2, progress=False)
+    _, h = fit_mlp(small[0], epochs=2, progress=False)
     assert len(h.history["epoch_seconds"]) == 2
     for seconds, speed in zip(h.history["epoch_seconds"], h.history["samples_per_s"]):
         assert speed == pytest.approx(400 / seconds, rel=1e-9)
@@ -286,8 +228,8 @@ def test_speed_is_in_the_history_and_the_log_line(small, caplog):
 def test_the_time_split_adds_up_and_finds_a_slow_data_source(small, caplog):
     (X, y), _ = small
     caplog.set_level(logging.INFO, logger="gluondist")
-    _, h = _fit(SlowDigits(X[:160], y[:160]), epochs=2, batch_size=16, progress=False,
-                callbacks=[gluondist.EpochLogger(time_split=True)])
+    _, h = fit_mlp(SlowDigits(X[:160], y[:160]), epochs=2, batch_size=16, progress=False,
+                   callbacks=[gluondist.EpochLogger(time_split=True)])
     for e in range(2):
         parts = [h.history[k][e] for k in ("data_seconds", "compute_seconds", "sync_seconds")]
         assert sum(parts) == pytest.approx(h.history["epoch_seconds"][e], rel=0.01)
@@ -297,7 +239,7 @@ def test_the_time_split_adds_up_and_finds_a_slow_data_source(small, caplog):
 
 
 def test_batchnorm_copies_are_equal_on_every_device(small):
-    net, _ = _fit(small[0], net=_bn_net(), ctx=2, val_data=small[1])
+    net, _ = fit_mlp(small[0], net=_bn_net(), ctx=2, val_data=small[1])
     bn = net[1]
     for param in (bn.running_mean, bn.running_var):
         a, b = (d.asnumpy() for d in param.list_data())
@@ -307,9 +249,9 @@ def test_batchnorm_copies_are_equal_on_every_device(small):
 
 def test_several_fits_in_one_process(small):
     net = mlp()
-    _fit(small[0], epochs=1, net=net, ctx=2)
-    _, h = _fit(small[0], epochs=1, net=net, ctx=2)  # fine-tuning the same net
-    _, h2 = _fit(small[0], epochs=1, ctx=2)  # a new one
+    fit_mlp(small[0], epochs=1, net=net, ctx=2)
+    _, h = fit_mlp(small[0], epochs=1, net=net, ctx=2)  # fine-tuning the same net
+    _, h2 = fit_mlp(small[0], epochs=1, ctx=2)  # a new one
     assert h.history["loss"][0] < h2.history["loss"][0]
 
 
@@ -370,17 +312,17 @@ def test_a_float64_net_is_refused_in_one_line(small):
 def test_misconfigurations_fail_before_training(small, kwargs, message):
     net = mlp()
     with pytest.raises(ValueError, match=message) as info:
-        _fit(small[0], net=net, **kwargs)
+        fit_mlp(small[0], net=net, **kwargs)
     assert "\n" not in str(info.value)
 
 
 def test_a_non_finite_loss_stops_training_and_keeps_the_checkpoint(small, tmp_path):
     with pytest.raises(FloatingPointError, match=r"loss is nan in epoch 2/3, batch 5/14"):
-        _fit(small[0], epochs=3, checkpoint_dir=tmp_path, callbacks=[Poison(1, 3)])
+        fit_mlp(small[0], epochs=3, checkpoint_dir=tmp_path, callbacks=[Poison(1, 3)])
     ckpt = checkpoint.load_latest(tmp_path)
     assert ckpt.epoch == 0
     assert all(np.isfinite(v.asnumpy()).all() for v in ckpt.params.values())
-    _, h = _fit(small[0], epochs=2, terminate_on_nan=False, callbacks=[Poison(0, 3)])
+    _, h = fit_mlp(small[0], epochs=2, terminate_on_nan=False, callbacks=[Poison(0, 3)])
     assert np.isnan(h.history["loss"][-1])  # the escape hatch trains on
 
 
@@ -389,5 +331,5 @@ def test_nan_in_a_dataset_stops_training_at_the_end_of_the_epoch(small, tmp_path
     X = X.copy()
     X[50, :] = np.nan
     with pytest.raises(FloatingPointError, match="became NaN or infinite in epoch 1/2"):
-        _fit(mx.gluon.data.SimpleDataset(list(zip(X, y))), checkpoint_dir=tmp_path)
+        fit_mlp(mx.gluon.data.SimpleDataset(list(zip(X, y))), checkpoint_dir=tmp_path)
     assert checkpoint.load_latest(tmp_path) is None  # no checkpoint of a broken model

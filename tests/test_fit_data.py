@@ -11,17 +11,7 @@ import gluondist
 from gluondist import Callback
 
 from conftest import fit_mlp, mlp, OPT, param_sum, rel_diff
-
-
-def _run(ctx, data, epochs=2, seed=7, **kw):
-    net = mlp()
-    params = dict(OPT, **kw.pop("optimizer_params", {}))
-    h = gluondist.fit(net, data, epochs=epochs, batch_size=kw.pop("batch_size", 30), ctx=ctx,
-                      seed=seed, optimizer_params=params, **kw)
-    return net, h
-
-
-_fit = fit_mlp
+from fits import fit_on, same_params, three_classes
 
 
 class PidDataset(mx.gluon.data.Dataset):
@@ -46,11 +36,6 @@ class Sizes(Callback):
         self.sizes.append(logs["size"])
 
 
-def _three(n=90):
-    rs = np.random.RandomState(0)
-    return rs.rand(n, 6).astype(np.float32), rs.randint(0, 3, n).astype(np.float32)
-
-
 def _net3():
     net = mx.gluon.nn.HybridSequential()
     net.add(mx.gluon.nn.Dense(8, activation="relu"), mx.gluon.nn.Dense(3))
@@ -58,15 +43,6 @@ def _net3():
 
 
 gdata = mx.gluon.data
-
-
-def params_of(net):
-    return {k: p.data().asnumpy() for k, p in net._collect_params_with_prefix().items()}
-
-
-def same_params(a, b):
-    pa, pb = params_of(a), params_of(b)
-    return pa.keys() == pb.keys() and all(np.array_equal(pa[k], pb[k]) for k in pa)
 
 
 class TwoInputs(mx.gluon.HybridBlock):
@@ -91,10 +67,10 @@ def _labels_dataset(X, y, wrap):
 
 def test_accepts_ndarrays_datasets_and_dataloaders(small):
     (X, y), _ = small
-    ref, _ = _run(None, (X, y), batch_size=40)
-    as_nd, _ = _run(None, (mx.nd.array(X), mx.nd.array(y)), batch_size=40)
+    ref, _ = fit_on(None, (X, y), batch_size=40)
+    as_nd, _ = fit_on(None, (mx.nd.array(X), mx.nd.array(y)), batch_size=40)
     dataset = mx.gluon.data.ArrayDataset(mx.nd.array(X), mx.nd.array(y))
-    as_ds, _ = _run(None, dataset, batch_size=40)
+    as_ds, _ = fit_on(None, dataset, batch_size=40)
     loader = mx.gluon.data.DataLoader(dataset, batch_size=40, shuffle=True)
     net = mlp()
     gluondist.fit(net, loader, epochs=2, seed=7, optimizer_params=OPT)  # its batch size
@@ -137,10 +113,10 @@ def test_the_dataloaders_worker_processes_load_the_data(small, tmp_path):
     (X, y), _ = small
     loader = mx.gluon.data.DataLoader(PidDataset(X, y, str(tmp_path)), batch_size=40,
                                       num_workers=2, shuffle=True)
-    by_workers, h = _fit(loader, epochs=2, batch_size=40)
+    by_workers, h = fit_mlp(loader, epochs=2, batch_size=40)
     pids = {int(p) for p in os.listdir(tmp_path)}
     assert len(pids - {os.getpid()}) == 2  # the two worker processes
-    in_process, _ = _fit(mx.gluon.data.ArrayDataset(X, y), epochs=2, batch_size=40)
+    in_process, _ = fit_mlp(mx.gluon.data.ArrayDataset(X, y), epochs=2, batch_size=40)
     assert rel_diff(param_sum(by_workers), param_sum(in_process)) <= 1e-5  # same batches
 
 
@@ -149,14 +125,14 @@ def test_last_batch_discard_drops_the_last_partial_batch(small):
     sizes = Sizes()
     loader = mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(X, y), batch_size=30,
                                       last_batch="discard")
-    _fit(loader, epochs=1, callbacks=[sizes])
+    fit_mlp(loader, epochs=1, callbacks=[sizes])
     assert sizes.sizes == [30] * 13  # 400 = 13 x 30 + 10: the 10 are dropped
     kept = Sizes()
-    _fit(mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(X, y), batch_size=30), epochs=1,
-         callbacks=[kept])
+    fit_mlp(mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(X, y), batch_size=30), epochs=1,
+            callbacks=[kept])
     assert kept.sizes == [30] * 13 + [10]
     with pytest.raises(ValueError, match="last_batch='rollover'.*use 'keep' or 'discard'"):
-        _fit(mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(X, y), batch_size=30,
+        fit_mlp(mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(X, y), batch_size=30,
                                       last_batch="rollover"))
 
 
@@ -172,7 +148,7 @@ def test_an_error_in_a_loader_worker_reaches_the_caller(small):
 
     loader = mx.gluon.data.DataLoader(Broken(), batch_size=40, num_workers=2)
     with pytest.raises(Exception, match="sample 333 is corrupt"):
-        _fit(loader, epochs=1)
+        fit_mlp(loader, epochs=1)
 
 
 def test_a_dataloaders_sampler_is_never_silently_dropped(small):
@@ -181,17 +157,17 @@ def test_a_dataloaders_sampler_is_never_silently_dropped(small):
     subset = mx.gluon.data.DataLoader(dataset, batch_size=10,
                                       sampler=mx.gluon.data.SequentialSampler(50))
     with pytest.raises(ValueError, match="picks 50 of the dataset's 400 samples"):
-        _fit(subset)
+        fit_mlp(subset)
     custom = mx.gluon.data.DataLoader(dataset, batch_sampler=[[0, 1], [2, 3]])
     with pytest.raises(ValueError, match="cannot follow a custom batch_sampler"):
-        _fit(custom)
+        fit_mlp(custom)
 
 
 def test_a_validation_loader_keeps_last_batch_discard(small):
     (X, y), (Xv, yv) = small
     val = mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(Xv[:70], yv[:70]), batch_size=32,
                                    last_batch="discard")
-    net, h = _fit((X, y), val_data=val, batch_size=32)
+    net, h = fit_mlp((X, y), val_data=val, batch_size=32)
     first_64 = gluondist.evaluate(net, (Xv[:64], yv[:64]))
     assert h.history["val_loss"][-1] == pytest.approx(first_64["loss"], rel=1e-6)
 
@@ -226,8 +202,8 @@ def test_zero_sample_weights_exclude_those_samples_exactly(small):
     weight = np.where(np.arange(len(X)) % 3 == 0, 0.0, 1.0).astype(np.float32)
     junk_a, junk_b = y.copy(), y.copy()
     junk_a[weight == 0], junk_b[weight == 0] = 0, 9  # whatever these labels are...
-    a, ha = _fit((X, junk_a, weight), val_data=(X, junk_a, weight))
-    b, hb = _fit((X, junk_b, weight), val_data=(X, junk_b, weight))
+    a, ha = fit_mlp((X, junk_a, weight), val_data=(X, junk_a, weight))
+    b, hb = fit_mlp((X, junk_b, weight), val_data=(X, junk_b, weight))
     assert param_sum(a) == param_sum(b)  # ...they change nothing
     keep = weight > 0
     figures = gluondist.evaluate(a, (X[keep], y[keep]))
@@ -237,12 +213,12 @@ def test_zero_sample_weights_exclude_those_samples_exactly(small):
 
 def test_class_weight_is_a_weight_per_label(small):
     (X, y), _ = small
-    by_class, hc = _fit((X, y), class_weight={k: 2.0 if k == 3 else 1.0 for k in range(10)})
-    by_sample, hs = _fit((X, y, np.where(y == 3, 2.0, 1.0)))
+    by_class, hc = fit_mlp((X, y), class_weight={k: 2.0 if k == 3 else 1.0 for k in range(10)})
+    by_sample, hs = fit_mlp((X, y, np.where(y == 3, 2.0, 1.0)))
     assert param_sum(by_class) == param_sum(by_sample)
     with pytest.raises(ValueError, match=r"class_weight covers classes 0..8 but train_data has "
                                          r"the label 9"):
-        _fit((X, y), class_weight={k: 1.0 for k in range(9)})
+        fit_mlp((X, y), class_weight={k: 1.0 for k in range(9)})
 
 
 @pytest.mark.parametrize("weights,message", [
@@ -256,14 +232,14 @@ def test_class_weight_is_a_weight_per_label(small):
 ])
 @pytest.mark.parametrize("kind", ["arrays", "dataset"])
 def test_class_weight_is_checked_alike_for_every_kind_of_data(weights, message, kind):
-    X, y = _three()
+    X, y = three_classes()
     data = (X, y) if kind == "arrays" else mx.gluon.data.SimpleDataset(list(zip(X, y)))
     with pytest.raises(ValueError, match=message):
         gluondist.fit(_net3(), data, class_weight=weights)
 
 
 def test_class_weight_needs_class_labels_and_leaves_validation_alone():
-    X, y = _three()
+    X, y = three_classes()
     onehot = np.eye(3, dtype=np.float32)[y.astype(int)]
     with pytest.raises(ValueError, match="class_weight needs class-index labels"):
         gluondist.fit(_net3(), (X, onehot), class_weight={0: 1.0, 1: 1.0, 2: 10.0},
@@ -276,7 +252,7 @@ def test_class_weight_needs_class_labels_and_leaves_validation_alone():
 
 
 def test_negative_or_all_zero_sample_weights_are_refused():
-    X, y = _three()
+    X, y = three_classes()
     with pytest.raises(ValueError, match="negative sample weights"):
         gluondist.fit(_net3(), mx.gluon.data.SimpleDataset(
             list(zip(X, y, -np.ones(len(X), dtype=np.float32)))))
@@ -314,22 +290,22 @@ def test_float16_arrays_and_datasets_are_cast_alike(small):
 def test_float64_datasets_are_cast_like_arrays(small):
     (X, y), _ = small
     X64, y64 = X.astype(np.float64), y.astype(np.float64)
-    ref, _ = _fit((X, y))
+    ref, _ = fit_mlp((X, y))
     for data in (mx.gluon.data.ArrayDataset(X64, y64),
                  mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(X64, y64), batch_size=30),
                  mx.gluon.data.SimpleDataset(list(zip(X64, y64)))):
-        net, _ = _fit(data)
+        net, _ = fit_mlp(data)
         assert param_sum(net) == pytest.approx(param_sum(ref), rel=1e-6)
 
 
 def test_integer_inputs_are_cast_to_float32(small):
     (X, y), _ = small
     ints = (X * 16).astype(np.int64)
-    a, ha = _fit((ints, y.astype(np.int32)))
-    b, hb = _fit(((X * 16).astype(np.float32), y))
+    a, ha = fit_mlp((ints, y.astype(np.int32)))
+    b, hb = fit_mlp(((X * 16).astype(np.float32), y))
     assert param_sum(a) == param_sum(b)
     ds = mx.gluon.data.ArrayDataset(mx.nd.array(ints, dtype="int32"), mx.nd.array(y))
-    c, _ = _fit(ds)
+    c, _ = fit_mlp(ds)
     assert param_sum(c) == pytest.approx(param_sum(b), rel=1e-6)
 
 
@@ -340,12 +316,12 @@ def test_non_finite_inputs_are_refused_naming_the_row(small, bad):
     X[17, 5] = bad
     with pytest.raises(ValueError, match=r"train_data\[0\] \(X\) holds NaN or infinity "
                                          r"\(first in row 17\)"):
-        _fit((X, y))
+        fit_mlp((X, y))
     dataset = mx.gluon.data.ArrayDataset(X, y)
     with pytest.raises(ValueError, match="row 17"):
-        _fit(dataset)
+        fit_mlp(dataset)
     with pytest.raises(ValueError, match=r"val_data\[1\] \(y\).*row 3"):
-        _fit(small[0], val_data=(small[1][0][:20], np.where(np.arange(20) == 3, bad, 1.0)))
+        fit_mlp(small[0], val_data=(small[1][0][:20], np.where(np.arange(20) == 3, bad, 1.0)))
 
 
 @pytest.mark.parametrize("wrap", ["transform_first", "simple"])
@@ -354,16 +330,16 @@ def test_label_checks_hold_for_every_dataset(small, wrap):
     y = y % 3
     y[:5] = 7  # in the first batch
     with pytest.raises(ValueError, match=r"labels from 0 to 7 \(in its first batch\).* 3 classes"):
-        _fit(_labels_dataset(X, y, wrap), net=_three_classes())
+        fit_mlp(_labels_dataset(X, y, wrap), net=_three_classes())
     loader = mx.gluon.data.DataLoader(_labels_dataset(X, y, wrap), batch_size=20)
     with pytest.raises(ValueError, match="labels from 0 to 7"):
-        _fit(loader, net=_three_classes())
+        fit_mlp(loader, net=_three_classes())
 
 
 def test_labels_of_the_wrong_shape_fail_before_training(small):
     (X, y), _ = small
     with pytest.raises(ValueError, match=r"labels of shape \(30, 2, 2\).*one class index"):
-        _fit((X, np.zeros((len(X), 2, 2))))
+        fit_mlp((X, np.zeros((len(X), 2, 2))))
 
 
 # the traps

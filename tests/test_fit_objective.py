@@ -8,28 +8,7 @@ import gluondist
 from gluondist import EarlyStopping
 
 from conftest import curves, fit_mlp, mlp
-
-
-_fit = fit_mlp
-
-
-def _two_by_two(n=300, seed=0):
-    rs = np.random.RandomState(seed)
-    X1, X2 = rs.rand(n, 6).astype(np.float32), rs.rand(n, 4).astype(np.float32)
-    y1 = (X1[:, 0] + X2[:, 0] > 1).astype(np.float32)  # a class
-    y2 = (X1 @ rs.rand(6) + X2 @ rs.rand(4)).astype(np.float32)  # a value
-    return (X1, X2), (y1, y2)
-
-
-class TwoByTwo(mx.gluon.HybridBlock):
-    def __init__(self):
-        super().__init__()
-        self.a, self.b = mx.gluon.nn.Dense(16, activation="relu"), mx.gluon.nn.Dense(16)
-        self.cls, self.reg = mx.gluon.nn.Dense(2), mx.gluon.nn.Dense(1)
-
-    def hybrid_forward(self, F, x1, x2):
-        h = F.relu(self.a(x1) + self.b(x2))
-        return self.cls(h), self.reg(h)
+from fits import TwoByTwo, two_by_two
 
 
 # (5) one loss value per sample
@@ -66,7 +45,7 @@ def _regressor():
 
 
 def test_outputs_and_losses_that_do_not_match_fail_before_training():
-    X, y = _two_by_two()
+    X, y = two_by_two()
     with pytest.raises(ValueError, match="2 output\\(s\\) but loss= gives 3"):
         gluondist.fit(TwoByTwo(), (X, y), loss=[mx.gluon.loss.L2Loss()] * 3)
     with pytest.raises(ValueError, match="returns 2 output\\(s\\) and train_data has 1 label"):
@@ -88,7 +67,7 @@ def test_a_loss_with_a_value_per_unit_is_refused(small):
 
 
 def test_metrics_auto_is_accuracy_for_classifiers_only():
-    X, y = _two_by_two()
+    X, y = two_by_two()
     h = gluondist.fit(TwoByTwo(), (X, y), loss=[mx.gluon.loss.SoftmaxCrossEntropyLoss(),
                                                 mx.gluon.loss.L2Loss()], epochs=1)
     assert set(curves(h.history)) == {"loss", "out0_loss", "out1_loss", "out0_accuracy"}
@@ -140,8 +119,8 @@ def test_metrics_agree_on_one_and_two_devices(small):
         return net
 
     kw = dict(metrics=["acc", "ce", mx.metric.TopKAccuracy(3)], val_data=small[1])
-    _, one = _fit(small[0], ctx=1, net=probabilities(), **kw)
-    _, two = _fit(small[0], ctx=2, net=probabilities(), **kw)
+    _, one = fit_mlp(small[0], ctx=1, net=probabilities(), **kw)
+    _, two = fit_mlp(small[0], ctx=2, net=probabilities(), **kw)
     assert np.isfinite(one.history["val_cross-entropy"]).all()
     assert set(curves(one.history)) == {f"{p}{k}" for p in ("", "val_") for k in
                                 ("loss", "accuracy", "cross-entropy", "top_k_accuracy_3")}
@@ -159,8 +138,8 @@ def test_composite_and_custom_metrics(small):
                 self.sum_metric += float(p.mean().asscalar()) * p.shape[0]
                 self.num_inst += p.shape[0]
 
-    net, h = _fit(small[0], epochs=1, val_data=small[1],
-                  metrics=[mx.metric.create(["acc", "ce"]), MeanPred()])
+    net, h = fit_mlp(small[0], epochs=1, val_data=small[1],
+                     metrics=[mx.metric.create(["acc", "ce"]), MeanPred()])
     assert {"val_accuracy", "val_cross-entropy", "val_mean_pred"} <= set(h.history)
     expected = net(mx.nd.array(small[1][0])).mean().asscalar()
     assert h.history["val_mean_pred"][0] == pytest.approx(expected, rel=1e-5)
@@ -176,7 +155,7 @@ def test_a_metric_that_cannot_update_fails_before_training_with_its_cause(small)
 
     with pytest.raises(ValueError, match="metric 'broken' cannot be computed on a batch of "
                                          "train_data: 'no such column'") as info:
-        _fit(small[0], metrics=[Broken()])
+        fit_mlp(small[0], metrics=[Broken()])
     assert isinstance(info.value.__cause__, KeyError)
 
 
@@ -202,15 +181,15 @@ def test_softmax_over_axis_1_is_accepted():
 
 
 def test_metric_names_and_hints(small):
-    _, h = _fit(small[0], epochs=1, val_data=small[1],
-                metrics=[mx.metric.Accuracy(name="myacc")],
-                callbacks=[EarlyStopping("val_myacc")])
+    _, h = fit_mlp(small[0], epochs=1, val_data=small[1],
+                   metrics=[mx.metric.Accuracy(name="myacc")],
+                   callbacks=[EarlyStopping("val_myacc")])
     assert "val_myacc" in h.history
     with pytest.raises(ValueError, match="monitors 'val_acc' but the run records") as info:
-        _fit(small[0], val_data=small[1], callbacks=[EarlyStopping("val_acc")])
+        fit_mlp(small[0], val_data=small[1], callbacks=[EarlyStopping("val_acc")])
     assert "pass val_data" not in str(info.value)
     with pytest.raises(ValueError, match=r"unknown metric 'top_k_accuracy' \(Please use "
                                          r"Accuracy if top_k is no more than 1\)"):
-        _fit(small[0], metrics=["top_k_accuracy"])
+        fit_mlp(small[0], metrics=["top_k_accuracy"])
     with pytest.raises(ValueError, match="optimizer_params for 'sgd'"):
-        _fit(small[0], optimizer_params={"learning_rate": "fast"})
+        fit_mlp(small[0], optimizer_params={"learning_rate": "fast"})
