@@ -193,3 +193,24 @@ def test_metric_names_and_hints(small):
         fit_mlp(small[0], metrics=["top_k_accuracy"])
     with pytest.raises(ValueError, match="optimizer_params for 'sgd'"):
         fit_mlp(small[0], optimizer_params={"learning_rate": "fast"})
+
+
+def test_accuracy_takes_the_classes_on_the_losss_axis():
+    # outputs (B, 3, 3) with labels (B, 3): the shapes alone cannot tell axis 1 from axis 2
+    class Square(mx.gluon.HybridBlock):
+        def __init__(self):
+            super().__init__()
+            self.dense = mx.gluon.nn.Dense(9)
+
+        def hybrid_forward(self, F, x):
+            return self.dense(x).reshape((0, 3, 3))
+
+    rs = np.random.RandomState(0)
+    X, y = rs.rand(64, 5).astype(np.float32), rs.randint(0, 3, (64, 3)).astype(np.float32)
+    net = Square()
+    net.initialize(mx.init.Normal(1.0))
+    out = net(mx.nd.array(X)).asnumpy()
+    for axis in (1, 2):
+        figures = gluondist.evaluate(net, (X, y), batch_size=16,
+                                     loss=mx.gluon.loss.SoftmaxCrossEntropyLoss(axis=axis))
+        assert figures["accuracy"] == pytest.approx((out.argmax(axis=axis) == y).mean())

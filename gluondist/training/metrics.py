@@ -12,7 +12,7 @@ values (sample weights are not applied to it): exact for metrics that are means 
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .._mx import mx
 from .checks import last_line
@@ -37,8 +37,10 @@ class Metric:
     """A per-sample mean. ``update(labels, preds, weights)`` takes one label, one prediction and
     one weight array (or None) per context (None where a context had no samples); ``sums()``
     returns ``(sum, count)`` (weighted: ``(sum of w*m, sum of w)``); ``value(sum, count)`` turns
-    the (worker-summed) pair into the reported figure."""
+    the (worker-summed) pair into the reported figure. ``loss_axis``: the axis the training
+    loss takes the classes on, where it says (see :func:`class_axis`)."""
     name = "metric"
+    loss_axis: Optional[int] = None
 
     def __init__(self):
         self.reset()
@@ -79,9 +81,20 @@ def _like(label, pred):
         else label
 
 
-def class_axis(label, pred) -> int:
-    """The axis of ``pred`` that holds the classes: the last, or axis 1 when the labels have
-    ``pred``'s shape without axis 1 (as for ``SoftmaxCrossEntropyLoss(axis=1)``)."""
+def loss_axis(loss) -> Optional[int]:
+    """The axis ``loss`` takes the classes on: softmax cross-entropy's ``axis``; None for other
+    losses (the one rule fit's label checks and its metrics both follow)."""
+    if isinstance(loss, mx.gluon.loss.SoftmaxCrossEntropyLoss):
+        return getattr(loss, "_axis", -1)
+    return None
+
+
+def class_axis(label, pred, known: Optional[int] = None) -> int:
+    """The axis of ``pred`` that holds the classes: ``known`` (the loss's, see
+    :func:`loss_axis`) where given; else the last, or axis 1 when the labels have ``pred``'s
+    shape without axis 1 (as for ``SoftmaxCrossEntropyLoss(axis=1)``)."""
+    if known is not None:
+        return known % pred.ndim
     if label.shape != pred.shape[:-1] and pred.ndim > 2 and \
             label.shape == pred.shape[:1] + pred.shape[2:]:
         return 1
@@ -95,7 +108,7 @@ class Accuracy(Metric):
     name = "accuracy"
 
     def per_sample(self, label, pred):
-        axis = class_axis(label, pred)
+        axis = class_axis(label, pred, self.loss_axis)
         if pred.shape[axis] == 1:  # MXNet's accuracy would report the share of class 0
             raise ValueError("accuracy needs one output per class, but the net has one output "
                              "unit (a sigmoid or a regression): give the net two outputs "

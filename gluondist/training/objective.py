@@ -43,6 +43,7 @@ class Objective:
         for i, ms in enumerate(self.metrics):
             for m in ms:
                 m.name = f"out{i}_{m.name}" if self.several else m.name
+                m.loss_axis = mtr.loss_axis(self.losses[i])
         names = [m.name for ms in self.metrics for m in ms]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
@@ -232,10 +233,10 @@ def _check_per_sample(objective: Objective, outs, labels, name: str) -> None:
 def _class_axis(loss, out) -> Optional[int]:
     """The axis of ``out`` that holds the classes when ``loss`` is softmax cross-entropy with
     class-index (sparse) labels; None for any other loss."""
-    if not isinstance(loss, mx.gluon.loss.SoftmaxCrossEntropyLoss) or \
-            not getattr(loss, "_sparse_label", True):
+    axis = mtr.loss_axis(loss)
+    if axis is None or not getattr(loss, "_sparse_label", True):
         return None
-    return getattr(loss, "_axis", -1) % out.ndim
+    return axis % out.ndim
 
 
 def _check_class_weight(objective: Objective, out, label, class_weight) -> None:
