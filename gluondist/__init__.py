@@ -11,8 +11,7 @@ INSTALL_HINT = (
 )
 __all__ = ["fit", "launch", "LaunchOptions", "History", "Callback", "EarlyStopping",
            "ProgressBar", "EpochLogger", "Checkpointer", "SaveBest", "CSVLogger", "TensorBoard",
-           "evaluate", "predict", "kvstore",
-           "parallel", "recipes"]
+           "evaluate", "predict", "kvstore", "parallel", "recipes", "checkpoint"]
 
 _LAZY = {
     "fit": ("gluondist.training.loop", "fit"),
@@ -32,6 +31,8 @@ _LAZY = {
     "kvstore": ("gluondist.kvstore", None),
     "parallel": ("gluondist.parallel", None),
     "recipes": ("gluondist.recipes", None),
+    "checkpoint": ("gluondist.checkpoint", None),
+    "callbacks": ("gluondist.callbacks", None),  # a door to names already in __all__
 }
 
 

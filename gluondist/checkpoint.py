@@ -39,7 +39,8 @@ from .parallel import assign
 
 log = logging.getLogger(__name__)
 
-FORMAT = 3  # 3: per-epoch seeds from numpy's SeedSequence (2 mixed them by hand)
+# 4: the shuffle's per-epoch seed from numpy's SeedSequence too (3: MXNet's only; 2: neither)
+FORMAT = 4
 KEEP = 2
 PARAMS, STATES, STATE, RUN = "net.params", "trainer.states", "state.json", "run.json"
 CALLBACKS = "callbacks.params"
@@ -60,7 +61,7 @@ class RunState:
 
     @classmethod
     def capture(cls, run) -> "RunState":
-        """The state of ``run`` (a :class:`gluondist.training.loop.Run`) at the end of an epoch."""
+        """The state of ``run`` (a :class:`gluondist.training.run.Run`) at the end of an epoch."""
         return cls(seed=run.seed, signature=signature(run.net), history=run.history.history,
                    rng=rng_states(), callbacks=run.callbacks.state_dict())
 
@@ -205,10 +206,10 @@ def load_latest(directory) -> Optional[Checkpoint]:
             state = _json(path / STATE)
         except (OSError, ValueError, RecursionError):
             state = None  # named by _read below
-        if isinstance(state, dict) and state.get("format") == 2:
-            raise ValueError(f"{path} was written by an earlier gluondist (checkpoint format 2, "
-                             "whose per-epoch seeds differ, so it would not resume exactly); "
-                             "pass resume=False to start a fresh run there")
+        if isinstance(state, dict) and state.get("format") in (2, 3):
+            raise ValueError(f"{path} was written by an earlier gluondist (checkpoint format "
+                             f"{state['format']}, whose per-epoch seeds differ, so it would not "
+                             "resume exactly); pass resume=False to start a fresh run there")
         try:
             return _read(path)
         except (OSError, ValueError, TypeError, KeyError, OverflowError, RecursionError,

@@ -170,7 +170,7 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path,
     import json
     import math
     from .bench.kvstore import format_table, run
-    from .kv.trainer import CHUNK_BYTES, MIN_CHUNK_BYTES
+    from .kv.chunks import CHUNK_BYTES, MIN_CHUNK_BYTES
     if not math.isfinite(mbytes):
         raise click.BadParameter(f"{mbytes} is not a number of megabytes", param_hint="--mbytes")
     if chunk_bytes is not None and 0 < chunk_bytes < MIN_CHUNK_BYTES:

@@ -23,14 +23,12 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .kv.chunks import CHUNK_BYTES, chunk_bounds  # noqa: F401
 from .kv.job import (JOB, MAX_KEY, MAX_REDUCE, REDUCE_BASE, REDUCE_CHUNK, REDUCE_SAFE,  # noqa: F401
-                  is_distributed, reduce_keys, resolve_mode, role)
+                     is_distributed, reduce_keys, resolve_mode, role)
 from .kv.kinds import DIST_KINDS, KINDS, Mode  # noqa: F401
 from .kv.sampling import ShardedBatchSampler  # noqa: F401
-from .kv.trainer import (CHUNK_BYTES, TrainStep, _KeyedStore, chunk_bounds,  # noqa: F401
-                      make_trainer, parameter_chunks)
-
-resolve_kind = resolve_mode  # its first name
+from .kv.trainer import TrainStep, make_trainer, parameter_chunks  # noqa: F401
 
 
 def num_workers() -> int:

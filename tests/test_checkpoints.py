@@ -215,13 +215,14 @@ def test_a_checkpoint_of_another_optimizer_is_refused_before_training(small, tmp
                 optimizer_params={"learning_rate": 0.01})
 
 
-def test_a_checkpoint_of_the_earlier_format_is_refused_not_skipped(small, tmp_path):
-    # format 2 derived the per-epoch seeds differently: resuming it would not replay its run
+@pytest.mark.parametrize("earlier", [2, 3])
+def test_a_checkpoint_of_an_earlier_format_is_refused_not_skipped(small, tmp_path, earlier):
+    # formats 2 and 3 derived the per-epoch seeds differently: resuming would not replay the run
     fit_mlp(small[0], epochs=1, checkpoint_dir=tmp_path)
     path = tmp_path / "ckpt-000000" / "state.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), "format": 2}))
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format": earlier}))
     with pytest.raises(ValueError, match=r"ckpt-000000 was written by an earlier gluondist "
-                                         r"\(checkpoint format 2.*pass resume=False"):
+                                         rf"\(checkpoint format {earlier}.*pass resume=False"):
         fit_mlp(small[0], epochs=2, checkpoint_dir=tmp_path)
     _, h = fit_mlp(small[0], epochs=1, checkpoint_dir=tmp_path, resume=False)
     assert len(h.history["loss"]) == 1

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import gluondist
-from gluondist.kvstore import CHUNK_BYTES, _KeyedStore, chunk_bounds, parameter_chunks
+from gluondist.kv.trainer import _KeyedStore
+from gluondist.kvstore import CHUNK_BYTES, chunk_bounds, parameter_chunks
 
 from conftest import SCRIPTS
 

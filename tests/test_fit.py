@@ -184,14 +184,14 @@ def test_a_two_input_two_output_net_trains_with_per_output_figures():
     net.hybridize()
     losses = [mx.gluon.loss.SoftmaxCrossEntropyLoss(), mx.gluon.loss.L2Loss()]
     h = gluondist.fit(net, (X, y), val_data=(X, y), loss=losses, loss_weights=[1.0, 0.5],
-                      metrics={0: "accuracy", 1: ["mae"]}, epochs=8, batch_size=32, seed=1,
+                      metrics={0: "accuracy", 1: ["mae"]}, epochs=15, batch_size=32, seed=1,
                       optimizer="adam", optimizer_params={"learning_rate": 0.01})
     assert set(curves(h.history)) == {f"{p}{k}" for p in ("", "val_") for k in (
         "loss", "out0_loss", "out1_loss", "out0_accuracy", "out1_mae")}
     for p in ("", "val_"):  # the total is the weighted sum
         assert np.allclose(h.history[f"{p}loss"], np.array(h.history[f"{p}out0_loss"])
                            + 0.5 * np.array(h.history[f"{p}out1_loss"]), rtol=1e-5)
-    assert h.history["out0_accuracy"][-1] > 0.8
+    assert h.history["out0_accuracy"][-1] > 0.8  # 0.90 to 0.94 over seeds 0..4: it learns
     assert h.history["out1_loss"][-1] < h.history["out1_loss"][0]
     cls, reg = gluondist.predict(net, X)
     assert cls.shape == (300, 2) and reg.shape == (300, 1)

@@ -4,7 +4,8 @@ import pytest
 
 from gluondist.launcher.hosts import (Host, Placement, gpu_list, parse_hostfile, parse_inline,
                                       parse_slurm_tasks, place)
-from gluondist.launcher.options import LaunchError, LaunchOptions
+from gluondist.launcher.errors import LaunchError
+from gluondist.launcher.options import LaunchOptions
 from gluondist.launcher.plan import build_plan
 from conftest import SCRIPTS
 

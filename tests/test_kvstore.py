@@ -20,15 +20,15 @@ def test_launched_worker_reads_its_place_from_the_environment(monkeypatch):
     monkeypatch.setenv(envvars.DMLC_NUM_WORKER, "4")
     monkeypatch.setenv(envvars.GLUONDIST_RANK, "3")
     assert (kvstore.is_distributed(), kvstore.rank(), kvstore.num_workers()) == (True, 3, 4)
-    assert kvstore.resolve_kind("auto") == "dist_sync"
+    assert kvstore.resolve_mode("auto") == "dist_sync"
     monkeypatch.setenv(envvars.GLUONDIST_KVSTORE, "dist_async")
-    assert kvstore.resolve_kind("auto") == "dist_async"
+    assert kvstore.resolve_mode("auto") == "dist_async"
 
 
 def test_auto_kind_in_one_process(monkeypatch):
     monkeypatch.delenv(envvars.DMLC_ROLE, raising=False)
-    assert kvstore.resolve_kind("auto", 1) is None
-    assert kvstore.resolve_kind("auto", 2) == "device"
+    assert kvstore.resolve_mode("auto", 1) is None
+    assert kvstore.resolve_mode("auto", 2) == "device"
     assert kvstore.create("local").type == "local"
     assert kvstore.create("auto", 1) is None
 

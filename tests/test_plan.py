@@ -2,8 +2,9 @@ import sys
 
 import pytest
 
+from gluondist.launcher.errors import LaunchError
 from gluondist.launcher.hosts import Host
-from gluondist.launcher.options import LaunchError, LaunchOptions
+from gluondist.launcher.options import LaunchOptions
 from gluondist.launcher.plan import ProcessSpec, build_plan
 from conftest import SCRIPTS, run_cli
 

@@ -8,6 +8,7 @@ import time
 import gluondist
 from conftest import wait_until
 from gluondist.launcher.child import remote
+from gluondist.launcher.child.proctree import STOP_GRACE
 
 # a command that leaves a grandchild in a process group of its own, and prints both pids
 TREE = ("import os, subprocess, sys, time; "
@@ -74,7 +75,7 @@ def test_silence_ends_the_tree_and_keepalives_hold_it_off(tmp_path):
         stopped_pinging = time.monotonic()
         assert proc.wait(timeout=30) == 128 + 15
         assert time.monotonic() - stopped_pinging < 2.0 + 3.0
-        assert wait_until(lambda: not any(map(alive, pids)), remote.KILL_AFTER + 5)
+        assert wait_until(lambda: not any(map(alive, pids)), STOP_GRACE + 5)
         assert b"no word from the launcher for 2s" in proc.stderr.read()
     finally:
         proc.kill()
@@ -88,7 +89,7 @@ def test_a_tree_that_ignores_sigterm_is_killed(tmp_path):
     closed = time.monotonic()
     proc.stdin.close()
     assert proc.wait(timeout=30) == 128 + 15
-    assert remote.KILL_AFTER - 0.5 < time.monotonic() - closed < remote.KILL_AFTER + 5
+    assert STOP_GRACE - 0.5 < time.monotonic() - closed < STOP_GRACE + 5
     assert not any(map(alive, pids))
 
 

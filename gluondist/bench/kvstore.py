@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from .. import envvars as ev
+from ..kv.chunks import chunk_bounds
 from .model import DEFAULT_BIGARRAY_BOUND, Layout, calibrate, key_parts, link_bytes, predict
 
 PREFIX = "gluondist-bench "
@@ -33,7 +34,6 @@ def key_sizes(mbytes: float, keys: int) -> List[int]:
 
 def sent_sizes(sizes: Sequence[int], chunk_bytes: int) -> List[int]:
     """The arrays as the kvstore sees them: each cut in chunks as the trainer sends it."""
-    from gluondist.kvstore import chunk_bounds
     return [b - a for n in sizes for a, b in chunk_bounds(n, 4, chunk_bytes)]
 
 

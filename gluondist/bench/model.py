@@ -19,7 +19,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
-SERVER_HASH = 9973  # MXNet 1.9.1 puts a small key k on server (k * 9973) % servers
+from ..kv.chunks import SERVER_HASH  # MXNet puts a small key k on server (k * 9973) % servers
+
 DEFAULT_BIGARRAY_BOUND = 1000 * 1000  # MXNET_KVSTORE_BIGARRAY_BOUND's default (elements)
 
 

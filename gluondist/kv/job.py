@@ -16,14 +16,11 @@ import numpy as np
 
 from .. import envvars
 from .._mx import mx
+from .chunks import SERVER_HASH
 from .kinds import DIST_KINDS, KINDS, Mode
 
 log = logging.getLogger(__name__)
 
-# MXNet 1.9.1 (src/kvstore/kvstore_dist.h, EncodeDefaultKey) sends an array of fewer than
-# MXNET_KVSTORE_BIGARRAY_BOUND elements whole to server `(key * SERVER_HASH) % num_servers`,
-# computed in a C int; bigger arrays are sliced over every server without that product.
-SERVER_HASH = 9973
 # Past this key the product overflows and, with several servers, the index goes negative (a
 # crash, "ps_key < krs[server].end()"): the keys of trainers stay below it.
 MAX_KEY = (2 ** 31 - 1) // SERVER_HASH

@@ -8,10 +8,17 @@ from typing import Iterator, List, Tuple
 import numpy as np
 
 
+
+def derive_seed(seed: int, *path: int) -> int:
+    """The one way gluondist makes a seed for a part of a run (an epoch's shuffle; an epoch
+    on a worker): independent streams for different ``path``s, the same on every worker
+    (``seed`` 0 at epoch 1 is unlike ``seed`` 1 at epoch 0)."""
+    return int(np.random.SeedSequence([seed, *path]).generate_state(1)[0]) % (2 ** 31)
+
 class ShardedBatchSampler:
     """Splits each *global* batch across workers so all run the same number of batches.
 
-    Every epoch draws one permutation from ``seed + epoch`` (identical on every worker), cuts it
+    Every epoch draws one permutation from ``derive_seed(seed, epoch)`` (identical on every worker), cuts it
     into global batches of ``batch_size * num_workers`` and gives worker ``rank`` slice ``rank``
     of each. N workers with local batch b therefore see exactly the batches one process with
     batch N*b sees. The last, partial global batch is split as evenly as possible
@@ -48,7 +55,7 @@ class ShardedBatchSampler:
     def batches(self) -> Iterator[Tuple[np.ndarray, int]]:
         """Yield ``(local_indices, global_batch_count)`` for each global batch of the epoch."""
         if self.shuffle:
-            order = np.random.RandomState(self.seed + self.epoch).permutation(self.length)
+            order = np.random.RandomState(derive_seed(self.seed, self.epoch)).permutation(self.length)
         else:
             order = np.arange(self.length)
         gbs = self.global_batch_size

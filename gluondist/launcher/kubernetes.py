@@ -17,11 +17,12 @@ from typing import Dict, List, Optional, Sequence
 
 from .. import envvars as ev
 from ..kv.kinds import DIST_KINDS
+from . import child
 from .errors import LaunchError
 from .roles import is_python, job_env
 
 CONTAINER = "gluondist"
-POD_ENTRY = ("-m", "gluondist.launcher.child.pod")
+POD_ENTRY = ("-m", child.POD)
 GRACE_SECONDS = 15  # how long a pod may take to stop once the Job failed, then SIGKILL
 SCHEDULER_PORT = 9091  # the scheduler's port in its pod (--port; any port the pods may use)
 

@@ -19,7 +19,9 @@ BOUND = "Bind to role="
 FORMED = "the scheduler is connected to"
 PORT_TAKEN = "bind failed"
 GRACE = 10.0  # how long servers and scheduler get to stop after the last worker succeeded
-POLL = 0.05
+POLL = 0.05  # seconds between the monitor's looks: a failure is seen within 50 ms, at no cost
+LAST_LINES_WAIT = 1.0  # for a failed process's last lines to reach its log before the report
+EXIT_REPORT_WAIT = 2.0  # for an ssh session's exit report, which follows its output
 STACK_WAIT = 5.0  # the longest the launcher waits for the workers' stacks
 STACK_QUIET = 0.5  # a dump is complete once its worker printed nothing for this long
 LOST_EXIT = 75  # the job ended because the connection to a host was lost (sysexits' TEMPFAIL)
@@ -135,7 +137,7 @@ def _stopped(stop) -> LaunchResult:
 
 def _failed(group: ProcessGroup, spec: ProcessSpec, returncode: int, when: float) -> LaunchResult:
     child = group.child(spec)
-    child.reader.join(timeout=1.0)  # let its last lines arrive
+    child.reader.join(timeout=LAST_LINES_WAIT)  # let its last lines arrive
     failure = _failure(child, returncode, when, _lost(group, child))
     return LaunchResult(LOST_EXIT if failure.lost else exit_status(returncode), failure)
 
@@ -143,7 +145,7 @@ def _failed(group: ProcessGroup, spec: ProcessSpec, returncode: int, when: float
 def _lost(group: ProcessGroup, child: Child) -> bool:
     """Whether the transport says ``child`` (exited) lost its connection instead of failing."""
     if child.side_reader is not None:
-        child.side_reader.join(timeout=2.0)  # the remote side's exit report comes last
+        child.side_reader.join(timeout=EXIT_REPORT_WAIT)  # the remote side's report comes last
     return group.transport.lost(child)
 
 

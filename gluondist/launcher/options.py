@@ -9,7 +9,7 @@ from typing import Dict, Optional, Tuple, Union
 
 from .. import envvars as ev
 from ..kv.kinds import DIST_KINDS
-from .errors import LaunchError  # noqa: F401  (its old home; gluondist.launcher.errors now)
+from .errors import LaunchError
 from .hosts import Host, place
 
 LAUNCHERS = ("local", "ssh", "slurm")

@@ -28,17 +28,19 @@ from dataclasses import dataclass
 from typing import Callable, Deque, List, Optional, Sequence, Tuple
 
 from .. import envvars as ev
+from . import child
 from .child import errorfile
-from .child.proctree import process_state, session_pids, signal_tree
+from .child.proctree import STOP_GRACE, process_state, session_pids, signal_tree
 from .errors import LaunchError
 from .plan import ProcessSpec
 from .roles import runs_bootstrap
 from .transports import Transport
 from .transports.local import LocalTransport
 
-TAIL_LINES = 40
+TAIL_LINES = 40  # a failed process's last lines kept for the report: its traceback, whole
 REAP_WAIT = 5.0  # how long the teardown waits for the processes to die after SIGKILL
 WAIT_TICK = 0.02  # seconds between looks at a start or teardown that must not be cut short
+READER_WAIT = 2.0  # at most this long for a reaped process's last output lines to be read
 log = logging.getLogger(__name__)
 
 SIDE = "gluondist-"
@@ -173,7 +175,7 @@ class ProcessGroup:
 
     def _start(self) -> None:
         logs = self._open_logs()  # first: a log that cannot be written stops nothing
-        self._reaper = subprocess.Popen([sys.executable, "-m", "gluondist.launcher.child.reaper"],
+        self._reaper = subprocess.Popen([sys.executable, "-m", child.REAPER],
                                         stdin=subprocess.PIPE, start_new_session=True)
         self._errors_dir = tempfile.mkdtemp(prefix="gluondist-errors-")
         for spec, log in zip(self.specs, logs):
@@ -227,7 +229,7 @@ class ProcessGroup:
         self.transport.request_stack(child.proc)
         return True
 
-    def close(self, timeout: float = 5.0) -> List[ProcessSpec]:
+    def close(self, timeout: float = STOP_GRACE) -> List[ProcessSpec]:
         """Stop what still runs: SIGTERM to each tree, one shared deadline, then SIGKILL.
         Returns the specs that had to be stopped. Safe to call more than once. Interrupts
         meanwhile do not cut it short: the first one skips the rest of the deadline, and is
@@ -243,7 +245,7 @@ class ProcessGroup:
         deadline = time.monotonic() + timeout
         while self.running() and time.monotonic() < deadline and not hurry.is_set():
             self.poll()
-            time.sleep(0.02)
+            time.sleep(WAIT_TICK)
         for child in self.children:  # leftovers, and anything the children left behind
             signal_tree(child.proc.pid, signal.SIGKILL)
         self._reap()
@@ -275,11 +277,11 @@ class ProcessGroup:
         # what the children left in their sessions got the SIGKILL too: see it gone
         while time.monotonic() < deadline and any(session_pids(c.proc.pid)
                                                   for c in self.children):
-            time.sleep(0.02)
+            time.sleep(WAIT_TICK)
         for child in self.children:
             for reader in (child.reader, child.side_reader):
                 if reader is not None:
-                    reader.join(timeout=max(0.0, min(2.0, deadline - time.monotonic())))
+                    reader.join(timeout=max(0.0, min(READER_WAIT, deadline - time.monotonic())))
         self.poll()
 
     def _tell_reaper(self, message: str) -> None:

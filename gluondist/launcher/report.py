@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import List
 
+from .child import BOOTSTRAP, source_path
 from .monitor import LOST_EXIT, Failure, LaunchResult
 from .stall import STALL_EXIT
 
@@ -69,10 +70,13 @@ def _stall_lines(result: LaunchResult) -> List[str]:
     return lines
 
 
+BOOTSTRAP_FILE = source_path(BOOTSTRAP)
+
+
 def _launch_frame(line: str) -> bool:
     """The frames every worker has below the script's (runpy, the bootstrap): left in the
     log, left out of the report."""
-    return "<frozen runpy>" in line or "gluondist/launcher/bootstrap.py" in line
+    return "<frozen runpy>" in line or BOOTSTRAP_FILE in line
 
 
 def final_lines(result: LaunchResult) -> List[str]:

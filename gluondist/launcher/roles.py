@@ -11,14 +11,13 @@ import shutil
 from typing import Dict, Optional, Sequence, Tuple
 
 from .. import envvars as ev
+from . import child
 
 ROLES = ("scheduler", "server", "worker")
 # Scheduler and servers run MXNet's server loop behind gluondist's controller, which loads
 # no pickle but an MXNet optimizer's (server.py); they never run the user's script.
-SERVER_MODULE = "gluondist.launcher.child.server"
-SERVER_ARGV = ("-m", SERVER_MODULE)
-BOOTSTRAP_MODULE = "gluondist.launcher.child.bootstrap"
-BOOTSTRAP = ("-m", BOOTSTRAP_MODULE)
+SERVER_ARGV = ("-m", child.SERVER)
+BOOTSTRAP = ("-m", child.BOOTSTRAP)
 
 
 def job_env(root_uri: str, port: int, num_workers: int, num_servers: int,

@@ -28,7 +28,7 @@ from .process import ProcessGroup
 from .report import exit_line, failure_lines, final_lines
 from .roles import pslite_verbose
 
-PORT_ATTEMPTS = 3
+PORT_ATTEMPTS = 3  # the scheduler's free port can be taken before it binds: retry twice
 UNREACHABLE = ("ssh failed", "no answer")  # how ssh.check_host begins such a host's problem
 Show = Callable[[str, bool], None]
 
@@ -138,9 +138,10 @@ def launch_job(options: LaunchOptions, show: Show, keep_logs: bool = False,
     every output line of each process, by label, restarts' after the failed attempts'; the
     CLI does not keep them, so a long job's output never piles up in memory). Over ssh, each
     restart runs on the hosts that pass the preflight again (see ``_reachable``). Raises
-    LaunchError for bad options before anything starts. ``stop`` (set by the CLI's signal handlers) stops every process,
-    says which, and raises Stopped; so does any exception (a KeyboardInterrupt: a second one
-    during the teardown does not cut it short), which then propagates."""
+    LaunchError for bad options before anything starts. ``stop`` (set by the CLI's signal
+    handlers) stops every process, says which, and raises Stopped; so does any exception (a
+    KeyboardInterrupt: a second one during the teardown does not cut it short), which then
+    propagates."""
     base_env = os.environ if base_env is None else base_env
     cores = cores or os.cpu_count() or 1
     options = resolve(options, base_env)

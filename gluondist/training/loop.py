@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import kvstore as kvs, parallel
 from .._mx import mx
+from ..kv.sampling import derive_seed
 from . import timing
 from .callbacks import Callback, History
 from .config import prepare
@@ -92,7 +93,8 @@ def _train_epoch(run: Run, epoch: int) -> dict:
     """One pass over this worker's share of the training data; returns the epoch's logs."""
     started = time.perf_counter()
     run._sampler.set_epoch(epoch)
-    mx.random.seed(epoch_seed(run.seed, epoch, run.rank))
+    # MXNet's seed set anew every epoch, so dropout and friends replay alike after a resume
+    mx.random.seed(derive_seed(run.seed, epoch, run.rank))
     tally = Tally(run._config.objective)
     # A worker of a job checks each batch before its push, so no other worker ever receives
     # the NaN; one process reads the losses of several batches at once, without stalling.
@@ -113,12 +115,6 @@ def _train_epoch(run: Run, epoch: int) -> dict:
         split = timing.over_workers(split, kvs.allgather)
     logs.update(split)
     return logs
-
-
-def epoch_seed(seed: int, epoch: int, rank: int) -> int:
-    """MXNet's seed for ``epoch`` on worker ``rank``: set anew every epoch, so dropout and
-    friends replay alike after a resume; independent streams per epoch and rank."""
-    return int(np.random.SeedSequence([seed, epoch, rank]).generate_state(1)[0]) % (2 ** 31)
 
 
 def _train_batches(run: Run, batches, tally, watch, clock, hooks) -> int:

@@ -29,6 +29,9 @@ from . import errorfile
 
 STACK_SIGNAL = signal.SIGUSR1
 EXIT_GRACE = 10.0  # seconds for atexit handlers and flushes after a failure (default)
+# the backstop: SIGALRM ends the process this long after the grace, should the timer's
+# thread never run (a handler that holds the GIL in C code)
+ALARM_AFTER_GRACE = 3
 
 
 def _leave(code: int) -> None:
@@ -55,7 +58,7 @@ def _fail(code: int) -> None:
     timer.daemon = True
     timer.start()
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
-    signal.alarm(int(grace) + 3)
+    signal.alarm(int(grace) + ALARM_AFTER_GRACE)
     _flush_open_files()  # first too: a handler may hang
     notify = getattr(sys.modules.get("mxnet.base"), "_notify_shutdown", None)
     if notify is not None:  # it waits for the engine, which may wait for the servers

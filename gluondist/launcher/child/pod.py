@@ -1,4 +1,4 @@
-"""The container command of a Kubernetes job (see gluondist/manifests.py),
+"""The container command of a Kubernetes job (see gluondist/launcher/kubernetes.py),
 ``python -m gluondist.launcher.child.pod --servers S --kvstore K [--role R] -- COMMAND ...``.
 
 In one Indexed Job for the whole job the completion index picks the role: index 0 runs the
@@ -15,13 +15,11 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 
 from ...envvars import JOB_COMPLETION_INDEX as INDEX
 from ..roles import role_env, role_of_index, server_argv, worker_argv
-from .proctree import signal_tree
+from .proctree import exit_status, signal_tree, stop_tree
 
-STOP_GRACE = 5.0  # seconds between passing SIGTERM on and SIGKILL
 
 
 def main(argv) -> int:
@@ -46,10 +44,7 @@ def main(argv) -> int:
         # No child.wait() here: the interrupted wait below holds Popen's lock. Pass the signal
         # on, make sure with SIGKILL later, and let that wait return.
         stopped.append(signum)
-        signal_tree(child.pid, signal.SIGTERM)
-        timer = threading.Timer(STOP_GRACE, signal_tree, (child.pid, signal.SIGKILL))
-        timer.daemon = True  # exiting must not wait for it
-        timer.start()
+        stop_tree(child.pid)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -57,7 +52,7 @@ def main(argv) -> int:
     signal_tree(child.pid, signal.SIGKILL)  # whatever the role left behind
     if stopped:
         return 128 + stopped[0]
-    return 128 - code if code < 0 else code
+    return exit_status(code)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from typing import List, Optional
 
 STACK_SIGNAL = signal.SIGUSR1  # what the worker bootstrap dumps its stacks on
@@ -79,6 +80,22 @@ def signal_tree(pid: int, sig: int) -> None:
     killpg_quietly(pid, sig)
     for member in session_pids(pid):
         kill_quietly(member, sig)
+
+
+# A stopped tree's grace: SIGTERM, then SIGKILL this much later. MXNet's exit barrier and a
+# user's atexit handlers get a few seconds; the launcher's own teardown waits as long.
+STOP_GRACE = 5.0
+
+
+def stop_tree(pid: int, grace: float = STOP_GRACE) -> threading.Timer:
+    """SIGTERM to ``pid``'s tree now and SIGKILL ``grace`` seconds later, without waiting: safe
+    in a signal handler that interrupted a ``wait()`` (which holds Popen's lock), and the timer
+    never keeps the process from exiting."""
+    signal_tree(pid, signal.SIGTERM)
+    timer = threading.Timer(grace, signal_tree, (pid, signal.SIGKILL))
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def describe_exit(returncode: int) -> str:

@@ -11,8 +11,8 @@ gluondist, and this side refuses a job of another protocol by name):
   never). Nothing of it is quoted into a shell or shown by ``ps``.
 - stdin, then: ``ping`` (the launcher's keepalive, every few seconds) and ``dump`` (send the
   worker the signal that dumps its stacks). The end of stdin, or ``silence`` seconds without a
-  line, ends the tree: SIGTERM, then SIGKILL ``KILL_AFTER`` seconds later. A launcher that lost
-  its link cannot close stdin; the silence is how a cut-off host learns it is alone.
+  line, ends the tree: SIGTERM, then SIGKILL ``proctree.STOP_GRACE`` seconds later. A launcher
+  that lost its link cannot close stdin; the silence is how a cut-off host learns it is alone.
 - stdout: the process's output. stderr: the side channel, lines ``gluondist-cpu S`` (the tree's
   CPU seconds, every second, with ``progress``), ``gluondist-error JSON`` (a worker's error
   record), and last ``gluondist-exit N``: the process's exit status. An ssh session that ends
@@ -37,11 +37,12 @@ from typing import Optional
 
 from ... import __version__
 from ... import envvars as ev
-from .proctree import STACK_SIGNAL, session_cpu, signal_tree
+from .proctree import STACK_SIGNAL, exit_status, session_cpu, signal_tree, stop_tree
 
 PROTOCOL = 1
-KILL_AFTER = 5.0  # SIGTERM, then SIGKILL this much later
 EXIT = "gluondist-exit"
+WATCH_TICK = 0.2  # seconds between looks at the launcher's silence (its keepalives: 3 s)
+CPU_EVERY = 1.0  # seconds between the tree's CPU reports (what the stall watch samples)
 
 
 def say(text: str) -> None:
@@ -93,10 +94,7 @@ class Remote:
         if self.stopping.is_set():
             return
         self.stopping.set()
-        self.signal_tree(signal.SIGTERM)
-        timer = threading.Timer(KILL_AFTER, self.signal_tree, (signal.SIGKILL,))
-        timer.daemon = True
-        timer.start()
+        stop_tree(self.child.pid)
 
     def listen(self) -> None:
         for line in iter(self.stdin.readline, b""):
@@ -117,14 +115,14 @@ class Remote:
                     "on this host")
                 self.stop()
                 return
-            time.sleep(0.2)
+            time.sleep(WATCH_TICK)
 
     def cpu(self) -> None:
         while self.child.poll() is None:
             total = session_cpu(self.child.pid)
             if total is not None:
                 say(f"gluondist-cpu {total:.2f}")
-            time.sleep(1.0)
+            time.sleep(CPU_EVERY)
 
     def wait(self) -> int:
         code = self.child.wait()
@@ -138,7 +136,7 @@ class Remote:
             except (OSError, ValueError):
                 pass
             shutil.rmtree(os.path.dirname(self.error_file), ignore_errors=True)
-        return 128 - code if code < 0 else code
+        return exit_status(code)
 
 
 def run(job: dict, stdin) -> int:

@@ -17,6 +17,8 @@ from ..hosts import Host, parse_slurm_tasks
 from ..errors import LaunchError
 from ..plan import ProcessSpec
 
+SCONTROL_TIMEOUT = 30  # seconds for scontrol to answer: slurmctld may be busy, not gone
+
 
 def allocation_hosts(env: Mapping[str, str]) -> Tuple[Host, ...]:
     """The allocation's nodes with their task counts (slots) and addresses; empty outside
@@ -34,7 +36,8 @@ def allocation_hosts(env: Mapping[str, str]) -> Tuple[Host, ...]:
 
 def _scontrol(args) -> str:
     try:
-        proc = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(["scontrol", *args], capture_output=True, text=True,
+                              timeout=SCONTROL_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise LaunchError(f"scontrol {' '.join(args)} failed: {exc}") from None
     if proc.returncode != 0:

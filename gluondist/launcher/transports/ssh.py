@@ -26,6 +26,7 @@ from ... import __version__
 from ... import envvars as ev
 from ..errors import LaunchError
 from ..plan import ProcessSpec
+from .. import child
 from ..child.remote import PROTOCOL
 
 # Names never forwarded: they describe the launcher's own host or session, or are set per
@@ -35,12 +36,17 @@ DENY = {"HOME", "PWD", "OLDPWD", "SHELL", "USER", "LOGNAME", "HOSTNAME", "TERM",
         ev.CUDA_VISIBLE_DEVICES}
 DENY_PREFIXES = ("SSH_", "XDG_", "DMLC_", "PS_", "GLUONDIST_", "BASH_FUNC_")
 
-REMOTE = "gluondist.launcher.child.remote"
+REMOTE = child.REMOTE
 KEEPALIVE = 3.0  # seconds between the launcher's keepalive lines to each remote side
 # How long a remote side waits without a keepalive before it ends its process tree: long
 # enough for TCP to retransmit across a blip of several seconds, short enough that a cut-off
 # host is cleared well within a minute (see the README's "Beyond one machine").
 SILENCE = 18.0
+# ssh's own: give up on a host that does not answer within CONNECT_TIMEOUT s, and end a session
+# whose server has not answered ALIVE_COUNT keepalives ALIVE_INTERVAL s apart (15 s: a cut link
+# ends the launcher's session within about SILENCE, when the remote side ends its tree too)
+CONNECT_TIMEOUT, ALIVE_INTERVAL, ALIVE_COUNT = 10, 5, 3
+PREFLIGHT_TIMEOUT = 30.0  # for a host's preflight: ssh's connect plus importing gluondist there
 
 
 def forwarded_env(base_env: Mapping[str, str]) -> Dict[str, str]:
@@ -52,8 +58,9 @@ def forwarded_env(base_env: Mapping[str, str]) -> Dict[str, str]:
 def ssh_argv(host: str, remote: Sequence[str], ssh_config: Optional[str] = None) -> List[str]:
     """The ssh command running ``remote`` on ``host``. The one place a command is quoted into a
     string, because ssh hands the remote shell a single string."""
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT}",
+            "-o", f"ServerAliveInterval={ALIVE_INTERVAL}",
+            "-o", f"ServerAliveCountMax={ALIVE_COUNT}"]
     if ssh_config:
         argv += ["-F", ssh_config]
     return argv + [host, shlex.join(remote)]
@@ -130,7 +137,7 @@ class SshTransport:
 
 
 def check_host(host: str, python: str, ssh_config: Optional[str] = None,
-               timeout: float = 30.0) -> Optional[str]:
+               timeout: float = PREFLIGHT_TIMEOUT) -> Optional[str]:
     """What is wrong with ``host`` for a job, in one line, or None: reachable, login works,
     ``python`` imports MXNet and the launcher's own gluondist version (the protocol's)."""
     try:
@@ -161,7 +168,7 @@ def check_host(host: str, python: str, ssh_config: Optional[str] = None,
 
 
 def check_hosts(hosts: Sequence[str], python: str, ssh_config: Optional[str] = None,
-                timeout: float = 30.0) -> Dict[str, str]:
+                timeout: float = PREFLIGHT_TIMEOUT) -> Dict[str, str]:
     """Every host checked at once (see ``check_host``): {host: problem} for those that fail."""
     with ThreadPoolExecutor(max_workers=min(16, len(hosts)) or 1) as pool:
         problems = pool.map(lambda h: check_host(h, python, ssh_config, timeout), hosts)
@@ -169,7 +176,7 @@ def check_hosts(hosts: Sequence[str], python: str, ssh_config: Optional[str] = N
 
 
 def preflight(hosts: Sequence[str], python: str, ssh_config: Optional[str] = None,
-              timeout: float = 30.0) -> None:
+              timeout: float = PREFLIGHT_TIMEOUT) -> None:
     """Raises LaunchError naming the first host (in the given order) that fails its check."""
     problems = check_hosts(hosts, python, ssh_config, timeout)
     for host in hosts:
