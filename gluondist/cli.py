@@ -66,9 +66,8 @@ def options_of(command, values: dict) -> LaunchOptions:
     return LaunchOptions(tuple(command), **values)
 
 
-LAUNCH_FLAGS = ("num_workers", "num_servers", "kvstore", "start_timeout", "log_dir", "env",
-                "threads", "max_restarts", "launcher", "hosts", "server_hosts", "interface",
-                "gpus_per_worker", "ssh_config", "scheduler_address", "stall_timeout")
+LAUNCH_FLAGS = tuple(flags())  # every option declared in options.py
+BENCH_FLAGS = tuple(name for name, (flag, _) in flags().items() if flag.bench)
 
 
 @cli.command(context_settings={"allow_interspersed_args": False})
@@ -151,8 +150,7 @@ def _server_counts(ctx, param, value):
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               metavar="FILE", help="Also draw the table (step time against servers, per "
                                    "layout, with the model's line) to FILE, e.g. bench.png.")
-@launch_flags("launcher", "hosts", "server_hosts", "interface", "ssh_config",
-              "scheduler_address", "start_timeout", "env",
+@launch_flags(*BENCH_FLAGS,
               server_hosts={"help": "Also measure every server count with the servers on these "
                                     "hosts."})
 @click.option("--chunk-bytes", type=click.IntRange(min=0), default=None,

@@ -89,7 +89,7 @@ def test_slurm_nodes_advertise_their_addresses_and_run_by_name():
     (dict(env={"A": 1}), r"--env 'A'=1: write KEY=VALUE, both strings"),
     (dict(threads="2"), "--threads must be a whole number, at least 1, got '2'"),
     (dict(num_workers=2.0), "-n/--num-workers must be a whole number, at least 1, got 2.0"),
-    (dict(start_timeout="5"), "--start-timeout must be positive"),
+    (dict(start_timeout="5"), "--start-timeout must be a positive number of seconds"),
 ])
 def test_scale_out_options_are_checked(kwargs, message):
     with pytest.raises(LaunchError, match=message):

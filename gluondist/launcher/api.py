@@ -28,9 +28,10 @@ def launch(command: Union[str, Sequence[str]], *args: str, num_workers: int = 1,
     process on stdout, the launcher's notes and reports on stderr. Raises LaunchError for bad
     options before anything starts; an interrupt stops the whole job and propagates."""
     cmd = [command] if isinstance(command, str) else list(command)
-    options = LaunchOptions(tuple(cmd) + tuple(args), num_workers, num_servers, kvstore,
-                            start_timeout=start_timeout, log_dir=log_dir, env=env or {},
-                            threads=threads, max_restarts=max_restarts,
-                            stall_timeout=stall_timeout, launcher=launcher, hosts=hosts, **more)
+    options = LaunchOptions(tuple(cmd) + tuple(args), num_workers=num_workers,
+                            num_servers=num_servers, kvstore=kvstore, start_timeout=start_timeout,
+                            log_dir=log_dir, env=env or {}, threads=threads,
+                            max_restarts=max_restarts, stall_timeout=stall_timeout,
+                            launcher=launcher, hosts=hosts, **more)
     show = terminal() if echo else (lambda text, note: None)
     return launch_job(options, show, keep_logs=True)

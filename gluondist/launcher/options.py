@@ -26,6 +26,7 @@ class Flag:
     envvar: Optional[str] = None
     metavar: Optional[str] = None
     multiple: bool = False
+    bench: bool = False  # also an option of `gluondist bench kvstore` (how its jobs run)
 
 
 def _flag(default, *names: str, **how) -> "field":
@@ -48,13 +49,13 @@ class LaunchOptions:
                          help="What kvstore='auto' means in the job: dist_sync, dist_async or "
                               "dist_device_sync.")
     host: str = "127.0.0.1"
-    start_timeout: float = _flag(300.0, "--start-timeout",
+    start_timeout: float = _flag(300.0, "--start-timeout", type="seconds", bench=True,
                                  help="Seconds for every worker and server to join before the "
                                       "job fails.")
     log_dir: Optional[str] = _flag(None, "--log-dir", type="dir", envvar=ev.GLUONDIST_LOG_DIR,
                                    help="Also write each process's output to "
                                         "DIR/<role>.<rank>.log.")
-    env: Dict[str, str] = _flag(dict, "--env", metavar="KEY=VALUE", multiple=True,
+    env: Dict[str, str] = _flag(dict, "--env", metavar="KEY=VALUE", multiple=True, bench=True,
                                 help="Set an environment variable in every process "
                                      "(repeatable).")
     # OMP_NUM_THREADS per worker; None: cores / local workers
@@ -66,13 +67,14 @@ class LaunchOptions:
                               help="Start a failed job again (all of it, fresh ports) up to "
                                    "this many times; fit(checkpoint_dir=...) resumes from the "
                                    "last complete epoch.")
-    launcher: str = _flag("local", "--launcher", envvar=ev.GLUONDIST_LAUNCHER,
+    launcher: str = _flag("local", "--launcher", envvar=ev.GLUONDIST_LAUNCHER, bench=True,
                           help="local; ssh to place processes on -H hosts; slurm inside an "
                                "allocation.")
     # Host(name, slots) for ssh and slurm (from the allocation), or -H's text: a hostfile's
     # path or host1:2,host2:2
     hosts: Union[Tuple, str] = _flag((), "-H", "--hostfile", "--hosts", type=str,
                                      envvar=ev.GLUONDIST_HOSTS, metavar="HOSTFILE|HOST:SLOTS,...",
+                                     bench=True,
                                      help="A hostfile (lines `host slots=N`) or inline "
                                           "host1:2,host2:2.")
     hosts_source: str = "the hosts"  # how to name them in messages ("hosts.txt")
@@ -80,20 +82,20 @@ class LaunchOptions:
     # the servers go round-robin on -H's hosts
     server_hosts: Union[Tuple, str] = _flag((), "--server-hosts", type=str,
                                             envvar=ev.GLUONDIST_SERVER_HOSTS,
-                                            metavar="HOSTFILE|HOST:N,...",
+                                            metavar="HOSTFILE|HOST:N,...", bench=True,
                                             help="Put the servers on these hosts, N per host "
                                                  "(default 1), round-robin, instead of on -H's "
                                                  "hosts (--launcher ssh).")
     server_hosts_source: str = "--server-hosts"
-    interface: Optional[str] = _flag(None, "--interface", type=str,
+    interface: Optional[str] = _flag(None, "--interface", type=str, bench=True,
                                      help="Network interface ps-lite uses on each host.")
     gpus_per_worker: int = _flag(0, "--gpus-per-worker",
                                  help="Give each worker its own GPUs on its host "
                                       "(CUDA_VISIBLE_DEVICES).")
-    ssh_config: Optional[str] = _flag(None, "--ssh-config", type="file",
+    ssh_config: Optional[str] = _flag(None, "--ssh-config", type="file", bench=True,
                                       help="An ssh client configuration file (ssh -F).")
     # The scheduler's address as the others reach it (NAT, containers); it then binds 0.0.0.0.
-    scheduler_address: Optional[str] = _flag(None, "--scheduler-address", type=str,
+    scheduler_address: Optional[str] = _flag(None, "--scheduler-address", type=str, bench=True,
                                              help="The address the others reach the scheduler "
                                                   "at, when it differs from its host's (NAT, "
                                                   "containers); the scheduler then binds "
@@ -157,8 +159,7 @@ class LaunchOptions:
         if self.kvstore not in DIST_KINDS:
             raise LaunchError(f"--kvstore {self.kvstore!r} is not a distributed kind; use one "
                               f"of {', '.join(DIST_KINDS)}")
-        if not _number(self.start_timeout) or not self.start_timeout > 0:
-            raise LaunchError(f"--start-timeout must be positive, got {self.start_timeout!r}")
+        _check_seconds(self)
         if not _whole(self.max_restarts) or self.max_restarts < 0:
             raise LaunchError(f"--max-restarts must be 0 or more, got {self.max_restarts!r}")
         self._check_placement()
@@ -181,9 +182,6 @@ class LaunchOptions:
             raise LaunchError("--interface is for multi-host jobs (--launcher ssh or slurm); "
                               "a local job binds 127.0.0.1")
         if self.stall_timeout is not None:
-            if not _number(self.stall_timeout) or not self.stall_timeout > 0:
-                raise LaunchError(f"--stall-timeout must be a positive number of seconds, got "
-                                  f"{self.stall_timeout!r}")
             if self.launcher == "slurm":
                 raise LaunchError("--stall-timeout works with --launcher local or ssh; Slurm "
                                   "steps have no progress channel")
@@ -209,6 +207,19 @@ class LaunchOptions:
                               "needs --launcher ssh (and -H for the workers)")
         if self.hosts:
             self.placement()
+
+
+def _check_seconds(options: LaunchOptions) -> None:
+    """Every option declared in seconds is a positive number (or None, where that is its
+    default: off)."""
+    for f in fields(options):
+        flag = f.metadata.get("flag")
+        value = getattr(options, f.name)
+        if flag is None or flag.type != "seconds" or (value is None and f.default is None):
+            continue
+        if not _number(value) or not value > 0:
+            raise LaunchError(f"{flag.names[-1]} must be a positive number of seconds, got "
+                              f"{value!r}")
 
 
 def _hosts_value(name: str, value) -> Union[Tuple, str]:

@@ -50,8 +50,9 @@ def added_at_start(spec: ProcessSpec, launcher: str, progress: bool) -> dict:
     """What a process gets on top of its spec's environment when it is started, as
     descriptions (the values exist only then): a worker's error file and progress pipe."""
     added = {}
-    if spec.role == "worker" and launcher != "slurm":
-        added[ev.GLUONDIST_ERROR_FILE] = "<a file in the launcher's temporary directory>"
+    where = {"local": "the launcher's", "ssh": "the remote side's"}  # Slurm relays no record
+    if spec.role == "worker" and launcher in where:
+        added[ev.GLUONDIST_ERROR_FILE] = f"<a file in {where[launcher]} temporary directory>"
     if spec.role == "worker" and progress:
         added[ev.GLUONDIST_PROGRESS_FD] = "<a pipe's write end, for the heartbeats>"
     return added

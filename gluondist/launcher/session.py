@@ -251,7 +251,7 @@ def _attempt(options, plan, on_line, transport, restarts, show, stop) -> LaunchR
                 show(f"gluondist: stopped {', '.join(s.label for s in stopped)}", True)
     if result.signal:
         raise Stopped(result.signal, [label for label, _, _ in group.unreaped],
-                      getattr(transport, "silence", 0.0))
+                      transport.silence)
     return rank_failures(result, group, [s.label for s in stopped],
                          [label for label, _, _ in group.unreaped])
 

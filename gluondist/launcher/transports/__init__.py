@@ -13,6 +13,7 @@ from typing import IO, Optional, Protocol, Tuple
 class Transport(Protocol):
     error_records: bool  # a failing worker's error record reaches the launcher
     tree_cpu_known: bool  # tree_cpu() gives figures (else the stall watch has heartbeats only)
+    silence: float  # seconds a host cut off from the launcher takes to end its processes (0: none)
 
     def spawn(self, spec: "ProcessSpec", progress: bool = False,
               error_file: Optional[str] = None) -> Tuple[subprocess.Popen, Optional[IO[bytes]]]:

@@ -16,6 +16,7 @@ class LocalTransport:
     ``error_file`` is where its bootstrap records an exception."""
 
     error_records = tree_cpu_known = True
+    silence = 0.0  # no link to lose
 
     def spawn(self, spec: ProcessSpec, progress: bool = False,
               error_file: Optional[str] = None) -> Tuple[subprocess.Popen, Optional[object]]:

@@ -51,6 +51,7 @@ class SrunTransport:
     stall detection is refused for Slurm by the options (see transports.Transport)."""
 
     error_records = tree_cpu_known = False
+    silence = 0.0  # no keepalive of ours here: Slurm watches its own nodes
 
     def spawn(self, spec: ProcessSpec, progress: bool = False, error_file=None):
         argv = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={spec.host}", "--overlap",
