@@ -8,7 +8,7 @@ from gluondist.bench import kvstore as bench
 from gluondist.bench.model import Layout
 
 
-def test_keys_are_placed_as_mxnet_places_them():
+def test_the_bench_counts_keys_as_the_trainer_sends_them():
     big = bench.key_sizes(64, 8)  # 2 M elements each: sliced over every server
     assert sum(big) == 16 * 2 ** 20 and bench.busiest_share(big, 4) == pytest.approx(0.25)
     small = bench.key_sizes(2, 1)  # 0.5 M elements: one key, whole on one server

@@ -1,0 +1,56 @@
+"""ShardedBatchSampler: every worker the same number of batches, uneven batches split evenly
+or dropped, shuffles that differ by epoch and repeat by seed."""
+import numpy as np
+import pytest
+
+from gluondist.kvstore import ShardedBatchSampler
+
+
+def _epoch(sampler):
+    return list(sampler.batches())
+
+
+@pytest.mark.parametrize("length,batch,workers", [(100, 8, 3), (7, 2, 3), (64, 32, 2), (5, 1, 4)])
+def test_every_worker_runs_the_same_number_of_batches(length, batch, workers):
+    epochs = [_epoch(ShardedBatchSampler(length, batch, workers, r, seed=1))
+              for r in range(workers)]
+    counts = {len(e) for e in epochs}
+    assert counts == {len(ShardedBatchSampler(length, batch, workers, 0))}
+    # Each global batch is the union of the workers' slices, and the epoch covers every sample.
+    single = _epoch(ShardedBatchSampler(length, batch * workers, 1, 0, seed=1))
+    assert len(single) == counts.pop()
+    for i, (global_idx, global_count) in enumerate(single):
+        parts = [epochs[r][i][0] for r in range(workers)]
+        assert np.array_equal(np.concatenate(parts), global_idx)
+        assert all(epochs[r][i][1] == global_count == len(global_idx) for r in range(workers))
+    assert sorted(np.concatenate([b for b, _ in single])) == list(range(length))
+
+
+def test_last_partial_batch_is_split_evenly_or_dropped():
+    shares = [_epoch(ShardedBatchSampler(10, 4, 2, r, shuffle=False))[-1][0] for r in range(2)]
+    assert [list(s) for s in shares] == [[8], [9]]
+    tiny = [_epoch(ShardedBatchSampler(9, 4, 2, r, shuffle=False))[-1][0] for r in range(2)]
+    assert [list(s) for s in tiny] == [[8], []]
+    assert len(ShardedBatchSampler(10, 4, 2, 0, last_batch="discard")) == 1
+
+
+def test_epochs_are_shuffled_differently_but_reproducibly():
+    s = ShardedBatchSampler(50, 5, seed=3)
+    first = [b.tolist() for b, _ in s.batches()]
+    s.set_epoch(1)
+    second = [b.tolist() for b, _ in s.batches()]
+    assert first != second
+    s.set_epoch(0)
+    assert [b.tolist() for b, _ in s.batches()] == first
+    assert list(s) == first  # usable as a DataLoader batch_sampler
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(length=0, batch_size=1), "empty"),
+    (dict(length=5, batch_size=0), "batch_size"),
+    (dict(length=5, batch_size=1, num_workers=2, rank=2), "rank 2"),
+    (dict(length=5, batch_size=1, last_batch="rollover"), "last_batch"),
+])
+def test_sampler_rejects_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ShardedBatchSampler(**kwargs)
