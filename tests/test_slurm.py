@@ -2,6 +2,7 @@
 n1 at 127.0.0.1 and n2 at 127.0.0.2) on this machine, started here, submitting the sbatch
 template from launch/slurm/."""
 import os
+import re
 import shutil
 import signal
 import socket
@@ -87,13 +88,23 @@ def sbatch(slurm, tmp_path, script_args, workers=2):
     tag = uuid.uuid4().hex
     exports = {"GLUONDIST": GLUONDIST, "WORKERS": str(workers), "SCRIPT": str(SCRIPTS / "job.py"),
                "SCRIPT_ARGS": script_args, TAG: tag}
-    proc = subprocess.run(["sbatch", "--wait", "--parsable", f"--chdir={tmp_path}",
+    proc = subprocess.run(["sbatch", "--parsable", f"--chdir={tmp_path}",
                            f"--output={tmp_path}/out.txt",
                            "--export=ALL," + ",".join(f"{k}={v}" for k, v in exports.items()),
-                           TEMPLATE], env=slurm, capture_output=True, text=True, timeout=300)
-    state = subprocess.run(["scontrol", "show", "job", proc.stdout.strip().split(";")[0]],
-                           env=slurm, capture_output=True, text=True).stdout
-    return proc.returncode, (tmp_path / "out.txt").read_text(), state, tag
+                           TEMPLATE], env=slurm, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stdout.strip().split(";")[0]
+
+    def state():
+        return subprocess.run(["scontrol", "show", "job", job], env=slurm, capture_output=True,
+                              text=True).stdout
+
+    # polled here rather than by `sbatch --wait`, whose polls back off to half a minute apart
+    assert wait_until(lambda: re.search(r"JobState=(?!PENDING|RUNNING|COMPLETING|CONFIGURING)",
+                                        state()), 300, interval=0.5, message="the job to end")
+    final = state()
+    code = int(re.search(r"ExitCode=(\d+):", final)[1])
+    return code, (tmp_path / "out.txt").read_text(), final, tag
 
 
 def test_a_two_node_job_completes(slurm, tmp_path):
