@@ -62,23 +62,15 @@ def test_a_healthy_job_is_not_a_stall(launch, tmp_path):
     assert job.leftovers() == []
 
 
-def test_a_stall_is_restarted_like_any_failure(launch, tmp_path):
-    job = launch("-n", 2, "-s", 1, "--stall-timeout", 6, "--max-restarts", 1,
-                 STALL, "beat", "first", 60)
-    assert job.wait(timeout=240) == 0, job.err
-    assert "gluondist: attempt 1 failed: the job stalled" in job.err
-    assert "gluondist: restarting the job (1 of 1)" in job.err
-    assert "exit code" not in job.err.split("restarting the job")[0]
-    assert "succeeded after 1 restart(s)" in job.err
-    assert job.leftovers() == []
-
-
 def test_fit_reports_progress_and_a_stuck_fit_restarts(launch, tmp_path):
+    # a stall is restarted like any failure: one line for the attempt, no exit code of its own
     job = launch("-n", 2, "-s", 1, "--stall-timeout", 10, "--max-restarts", 1,
                  SCRIPTS / "fit_stall.py")
     assert job.wait(timeout=300) == 0, job.err
     first = job.err.split("restarting the job")[0]
-    assert "attempt 1 failed: the job stalled" in first
+    assert "gluondist: attempt 1 failed: the job stalled" in first
+    assert "gluondist: restarting the job (1 of 1)" in job.err
+    assert "exit code" not in first and "succeeded after 1 restart(s)" in job.err
     assert "8 batches" in first  # fit's heartbeat: 256 samples / (2 x 16) per epoch
     assert "in on_epoch_begin" in first.split("worker 1's stack")[1]
     assert {p.name for p in tmp_path.glob("*.done")} == {"0.done", "1.done"}

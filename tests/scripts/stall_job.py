@@ -2,7 +2,7 @@
 
 Every worker runs a hand-written dist_sync loop of STEPS (default 400) push/pull steps, calling
 gluondist.heartbeat.beat() after each (MODE `beat`) or not (MODE `quiet`: the launcher judges it
-by CPU time). Worker RANK (or `all`, or `first` on the first attempt only) writes
+by CPU time). Worker RANK (or `all`) writes
 <rank>.stuck and sleeps forever in stuck_forever() after 20 steps; its peers block in the
 kvstore. Finished workers write <rank>.done.
 """
@@ -15,8 +15,7 @@ from gluondist import heartbeat
 mode, target = sys.argv[1], sys.argv[2]
 steps = int(sys.argv[3]) if len(sys.argv) > 3 else 400
 rank = int(os.environ["GLUONDIST_RANK"])
-restart = int(os.environ.get("GLUONDIST_RESTART_COUNT", "0"))
-acts = target in ("all", str(rank)) or (target == "first" and rank == 0 and restart == 0)
+acts = target in ("all", str(rank))
 
 import mxnet as mx  # noqa: E402
 
