@@ -100,3 +100,18 @@ def test_manifest_bad_input(args, message):
     proc = manifest_cli(*args)
     assert proc.returncode == 2 and message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(num_workers=0), "-n/--num-workers must be a whole number, at least 1, got 0"),
+    (dict(num_servers=-1), "-s/--num-servers must be a whole number, at least 1, got -1"),
+    (dict(gpus_per_worker=-2), "--gpus-per-worker must be a whole number, at least 0, got -2"),
+    (dict(kvstore="local"), "--kvstore 'local' is not one of"),
+    (dict(layout="two-jobs"), "--layout 'two-jobs' is not one of"),
+])
+def test_the_python_call_checks_what_the_cli_checks(kwargs, message):
+    from gluondist.launcher.errors import LaunchError
+    args = dict(name="job", image="img", command=["python", "t.py"], num_workers=2,
+                num_servers=1)
+    with pytest.raises(LaunchError, match=message):
+        kubernetes(**{**args, **kwargs})

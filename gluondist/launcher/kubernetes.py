@@ -42,9 +42,20 @@ LAYOUTS = ("one-job", "per-role")
 NAME = re.compile(r"[a-z]([-a-z0-9]{0,40}[a-z0-9])?")
 
 
-def check_names(name: str, image: str) -> None:
+def check(name: str, image: str, num_workers: int, num_servers: int, kvstore: str,
+          gpus_per_worker: int, layout: str) -> None:
     """Raise LaunchError unless Kubernetes would take ``name`` (see NAME) and ``image`` (a
-    non-empty reference; whitespace is never part of one)."""
+    non-empty reference; whitespace is never part of one), and the counts and kinds make a
+    job."""
+    for flag, value, least in (("-n/--num-workers", num_workers, 1),
+                               ("-s/--num-servers", num_servers, 1),
+                               ("--gpus-per-worker", gpus_per_worker, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise LaunchError(f"{flag} must be a whole number, at least {least}, got {value!r}")
+    if kvstore not in DIST_KINDS:
+        raise LaunchError(f"--kvstore {kvstore!r} is not one of {', '.join(DIST_KINDS)}")
+    if layout not in LAYOUTS:
+        raise LaunchError(f"--layout {layout!r} is not one of {', '.join(LAYOUTS)}")
     if not NAME.fullmatch(name):
         raise LaunchError(f"--name {name!r} must be a DNS-1035 label of at most 42 characters: "
                           "lowercase letters, digits and '-', starting with a letter and not "
@@ -85,11 +96,7 @@ def kubernetes(name: str, image: str, command: Sequence[str], num_workers: int,
     ``per-role``, one Indexed Job per role (each its own resources; GPUs for workers only), in
     which a failing worker fails only the workers' Job. ``active_deadline`` bounds every Job's
     run time (``activeDeadlineSeconds``)."""
-    check_names(name, image)
-    if kvstore not in DIST_KINDS:
-        raise ValueError(f"kvstore {kvstore!r} is not one of {', '.join(DIST_KINDS)}")
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+    check(name, image, num_workers, num_servers, kvstore, gpus_per_worker, layout)
     labels = {"app.kubernetes.io/name": "gluondist", "gluondist.io/job": name}
     common = job_env(scheduler_host(name, layout), port, num_workers, num_servers)
     # ps-lite binds the scheduler to 0.0.0.0 instead of its DNS name under this flag

@@ -4,6 +4,9 @@ from __future__ import annotations
 import queue
 import threading
 
+PUT_TICK = 0.1  # seconds a full queue's put waits before the thread looks at the stop flag
+STOP_WAIT = 1.0  # seconds close() waits for the thread (a daemon: it may be left behind)
+
 
 class Prefetcher:
     """Runs an iterator in a background thread, at most ``depth`` items ahead. Its exceptions
@@ -28,7 +31,7 @@ class Prefetcher:
     def _put(self, item) -> bool:
         while not self._stop.is_set():
             try:
-                self._queue.put(item, timeout=0.1)
+                self._queue.put(item, timeout=PUT_TICK)
                 return True
             except queue.Full:
                 continue
@@ -50,4 +53,4 @@ class Prefetcher:
         self._stop.set()
         # A thread blocked in a slow source sees the flag at its next item; it is a daemon, so
         # waiting a moment is enough (an error in training must not wait for the data).
-        self._thread.join(timeout=1.0)
+        self._thread.join(timeout=STOP_WAIT)
