@@ -195,22 +195,28 @@ def test_metric_names_and_hints(small):
         fit_mlp(small[0], optimizer_params={"learning_rate": "fast"})
 
 
-def test_accuracy_takes_the_classes_on_the_losss_axis():
+def test_class_metrics_take_the_classes_on_the_losss_axis():
     # outputs (B, 3, 3) with labels (B, 3): the shapes alone cannot tell axis 1 from axis 2
     class Square(mx.gluon.HybridBlock):
-        def __init__(self):
+        def __init__(self, axis):
             super().__init__()
-            self.dense = mx.gluon.nn.Dense(9)
+            self.axis, self.dense = axis, mx.gluon.nn.Dense(9)
 
-        def hybrid_forward(self, F, x):
-            return self.dense(x).reshape((0, 3, 3))
+        def hybrid_forward(self, F, x):  # probabilities, for ce
+            return F.softmax(self.dense(x).reshape((0, 3, 3)), axis=self.axis)
 
     rs = np.random.RandomState(0)
     X, y = rs.rand(64, 5).astype(np.float32), rs.randint(0, 3, (64, 3)).astype(np.float32)
-    net = Square()
-    net.initialize(mx.init.Normal(1.0))
-    out = net(mx.nd.array(X)).asnumpy()
     for axis in (1, 2):
+        net = Square(axis)
+        net.initialize(mx.init.Normal(1.0))
+        out = net(mx.nd.array(X)).asnumpy()
         figures = gluondist.evaluate(net, (X, y), batch_size=16,
-                                     loss=mx.gluon.loss.SoftmaxCrossEntropyLoss(axis=axis))
-        assert figures["accuracy"] == pytest.approx((out.argmax(axis=axis) == y).mean())
+                                     loss=mx.gluon.loss.SoftmaxCrossEntropyLoss(axis=axis),
+                                     metrics=["accuracy", "ce", mx.metric.TopKAccuracy(2)])
+        prob = np.moveaxis(out, axis, -1)  # (B, 3 positions, 3 classes)
+        picked = np.take_along_axis(prob, y.astype(int)[..., None], -1)[..., 0]
+        in_top2 = (np.argsort(-prob, -1)[..., :2] == y.astype(int)[..., None]).any(-1)
+        assert figures["accuracy"] == pytest.approx((prob.argmax(-1) == y).mean())
+        assert figures["cross-entropy"] == pytest.approx(-np.log(picked).mean(), rel=1e-5)
+        assert figures["top_k_accuracy_2"] == pytest.approx(in_top2.mean())

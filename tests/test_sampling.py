@@ -3,6 +3,7 @@ or dropped, shuffles that differ by epoch and repeat by seed."""
 import numpy as np
 import pytest
 
+from gluondist.kv.sampling import MXNET, SHUFFLE, derive_seed
 from gluondist.kvstore import ShardedBatchSampler
 
 
@@ -54,3 +55,12 @@ def test_epochs_are_shuffled_differently_but_reproducibly():
 def test_sampler_rejects_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ShardedBatchSampler(**kwargs)
+
+
+def test_every_stream_epoch_and_rank_gets_its_own_seed():
+    seeds = {(s, stream, e, r): derive_seed(s, stream, e, r) for s in range(8)
+             for stream in (SHUFFLE, MXNET) for e in range(8) for r in range(3)}
+    assert len(set(seeds.values())) == len(seeds)
+    assert derive_seed(0, SHUFFLE, 1) != derive_seed(1, SHUFFLE, 0)  # no seed + epoch
+    assert derive_seed(7, SHUFFLE, 3) != derive_seed(7, SHUFFLE, 3, 0)  # no zero padding
+    assert derive_seed(7, SHUFFLE, 3) == derive_seed(7, SHUFFLE, 3)

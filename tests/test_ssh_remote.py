@@ -1,6 +1,7 @@
 """The remote side of `--launcher ssh`, run directly as the process ssh would start: its
 protocol on stdin, its exit report, and how it ends its tree when the launcher goes silent."""
 import json
+import os
 import subprocess
 import sys
 import time
@@ -16,11 +17,12 @@ TREE = ("import os, subprocess, sys, time; "
         "process_group=0); print(os.getpid(), g.pid, flush=True); time.sleep(600)")
 
 
-def start(job, tmp_path):
+def start(job, tmp_path, env=None):
     job = {"protocol": remote.PROTOCOL, "env": {}, "cwd": str(tmp_path), "worker": False,
            "progress": False, "silence": None, **job}
     proc = subprocess.Popen([sys.executable, "-m", "gluondist.launcher.child.remote"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env)
     proc.stdin.write((json.dumps(job) + "\n").encode())
     proc.stdin.flush()
     return proc
@@ -61,6 +63,19 @@ def test_the_end_of_stdin_ends_the_whole_tree(tmp_path):
     proc.stdin.close()
     assert proc.wait(timeout=30) == 128 + 15
     assert wait_until(lambda: not any(map(alive, pids)), 10)
+
+
+def test_a_stopped_worker_leaves_no_temporary_directory_on_its_host(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = start({"argv": [sys.executable, "-c", TREE], "worker": True}, tmp_path,
+                 env={**os.environ, "TMPDIR": str(tmp)})
+    pids = tree_of(proc)
+    assert [p.name[:10] for p in tmp.iterdir()] == ["gluondist-"]  # its error file's
+    proc.stdin.close()
+    assert proc.wait(timeout=30) == 128 + 15
+    assert wait_until(lambda: not any(map(alive, pids)), 10)
+    assert list(tmp.iterdir()) == []
 
 
 def test_silence_ends_the_tree_and_keepalives_hold_it_off(tmp_path):

@@ -78,11 +78,11 @@ def test_fit_reports_progress_and_a_stuck_fit_restarts(launch, tmp_path):
 
 
 def test_a_slow_start_is_not_a_stall(launch, tmp_path):
-    # 10 s idle before the kvstore exists (a data download, say): --start-timeout's business
+    # 7 s idle before the kvstore exists (a data download, say): --start-timeout's business
     script = tmp_path / "slow_start.py"
-    script.write_text("import time\ntime.sleep(10)\nfrom gluondist import kvstore\n"
+    script.write_text("import time\ntime.sleep(7)\nfrom gluondist import kvstore\n"
                       "kvstore.create('dist_sync')\nprint('formed')\n")
-    job = launch("-n", 2, "-s", 1, "--stall-timeout", 4, "--start-timeout", 120, script)
+    job = launch("-n", 2, "-s", 1, "--stall-timeout", 3, "--start-timeout", 120, script)
     assert job.wait(timeout=180) == 0, job.err
     assert "stalled" not in job.err and job.out.count("formed") == 2
     assert job.leftovers() == []

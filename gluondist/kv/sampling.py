@@ -9,17 +9,24 @@ import numpy as np
 
 
 
-def derive_seed(seed: int, *path: int) -> int:
-    """The one way gluondist makes a seed for a part of a run (an epoch's shuffle; an epoch
-    on a worker): independent streams for different ``path``s, the same on every worker
-    (``seed`` 0 at epoch 1 is unlike ``seed`` 1 at epoch 0)."""
-    return int(np.random.SeedSequence([seed, *path]).generate_state(1)[0]) % (2 ** 31)
+SHUFFLE, MXNET = 0, 1  # the streams derive_seed makes: the sampler's, MXNet's per worker
+
+
+def derive_seed(seed: int, stream: int, *path: int) -> int:
+    """The one way gluondist makes a seed for a part of a run: ``stream`` (SHUFFLE, MXNET)
+    and ``path`` (an epoch, a rank) are a SeedSequence's spawn key, so every stream and path
+    gets its own (``seed`` 0 at epoch 1 is unlike ``seed`` 1 at epoch 0; a spawn key, unlike
+    entropy, is not padded with zeros, so path (3,) is unlike (3, 0)); the same on every
+    worker."""
+    key = (stream, *path)
+    return int(np.random.SeedSequence(seed, spawn_key=key).generate_state(1)[0]) % (2 ** 31)
+
 
 class ShardedBatchSampler:
     """Splits each *global* batch across workers so all run the same number of batches.
 
-    Every epoch draws one permutation from ``derive_seed(seed, epoch)`` (identical on every worker), cuts it
-    into global batches of ``batch_size * num_workers`` and gives worker ``rank`` slice ``rank``
+    Every epoch draws one permutation from ``derive_seed(seed, SHUFFLE, epoch)`` (identical on
+    every worker), cuts it into global batches of ``batch_size * num_workers`` and gives worker ``rank`` slice ``rank``
     of each. N workers with local batch b therefore see exactly the batches one process with
     batch N*b sees. The last, partial global batch is split as evenly as possible
     (``last_batch='keep'``; a worker's share may then be empty) or dropped
@@ -55,7 +62,8 @@ class ShardedBatchSampler:
     def batches(self) -> Iterator[Tuple[np.ndarray, int]]:
         """Yield ``(local_indices, global_batch_count)`` for each global batch of the epoch."""
         if self.shuffle:
-            order = np.random.RandomState(derive_seed(self.seed, self.epoch)).permutation(self.length)
+            seed = derive_seed(self.seed, SHUFFLE, self.epoch)
+            order = np.random.RandomState(seed).permutation(self.length)
         else:
             order = np.arange(self.length)
         gbs = self.global_batch_size

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import kvstore as kvs, parallel
 from .._mx import mx
-from ..kv.sampling import derive_seed
+from ..kv.sampling import MXNET, derive_seed
 from . import timing
 from .callbacks import Callback, History
 from .config import prepare
@@ -94,7 +94,7 @@ def _train_epoch(run: Run, epoch: int) -> dict:
     started = time.perf_counter()
     run._sampler.set_epoch(epoch)
     # MXNet's seed set anew every epoch, so dropout and friends replay alike after a resume
-    mx.random.seed(derive_seed(run.seed, epoch, run.rank))
+    mx.random.seed(derive_seed(run.seed, MXNET, epoch, run.rank))
     tally = Tally(run._config.objective)
     # A worker of a job checks each batch before its push, so no other worker ever receives
     # the NaN; one process reads the losses of several batches at once, without stalling.

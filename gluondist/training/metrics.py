@@ -52,6 +52,12 @@ class Metric:
         """This part's per-sample values, an NDArray of shape (n,) or (n, ...)."""
         raise NotImplementedError
 
+    def classes_last(self, pred):
+        """``pred`` with the loss's class axis last, where the loss takes them elsewhere."""
+        if self.loss_axis is None or self.loss_axis % pred.ndim == pred.ndim - 1:
+            return pred
+        return mx.nd.moveaxis(pred, self.loss_axis % pred.ndim, -1)
+
     def update(self, labels: Sequence, preds: Sequence, weights: Sequence = ()) -> None:
         for i, (label, pred) in enumerate(zip(labels, preds)):
             if pred is None:
@@ -126,8 +132,8 @@ class TopKAccuracy(Metric):
         super().__init__()
 
     def per_sample(self, label, pred):
-        top = mx.nd.topk(pred, axis=-1, k=self.k, ret_typ="indices")
-        label = label.reshape((-1, 1)).astype(top.dtype, copy=False)
+        top = mx.nd.topk(self.classes_last(pred), axis=-1, k=self.k, ret_typ="indices")
+        label = label.reshape(top.shape[:-1] + (1,)).astype(top.dtype, copy=False)
         return mx.nd.broadcast_equal(top, label).sum(axis=-1)
 
 
@@ -172,6 +178,7 @@ class CrossEntropy(Metric):
         super().__init__()
 
     def per_sample(self, label, pred):
+        pred = self.classes_last(pred)
         prob = mx.nd.pick(pred, label.reshape(pred.shape[:-1]), axis=-1)
         return -(prob + self.eps).log()
 

@@ -127,16 +127,15 @@ class Remote:
     def wait(self) -> int:
         code = self.child.wait()
         self.signal_tree(signal.SIGKILL)  # whatever the command left behind
-        if self.stopping.is_set():
-            return 128 + signal.SIGTERM
         if self.error_file:
-            try:
-                with open(self.error_file) as f:
-                    say("gluondist-error " + json.dumps(json.load(f)))
-            except (OSError, ValueError):
-                pass
+            if not self.stopping.is_set():  # a stopped worker's record would be the stop's
+                try:
+                    with open(self.error_file) as f:
+                        say("gluondist-error " + json.dumps(json.load(f)))
+                except (OSError, ValueError):
+                    pass
             shutil.rmtree(os.path.dirname(self.error_file), ignore_errors=True)
-        return exit_status(code)
+        return 128 + signal.SIGTERM if self.stopping.is_set() else exit_status(code)
 
 
 def run(job: dict, stdin) -> int:
