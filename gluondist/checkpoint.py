@@ -206,7 +206,8 @@ def load_latest(directory) -> Optional[Checkpoint]:
             state = _json(path / STATE)
         except (OSError, ValueError, RecursionError):
             state = None  # named by _read below
-        if isinstance(state, dict) and state.get("format") in (2, 3):
+        earlier = state.get("format") if isinstance(state, dict) else None
+        if isinstance(earlier, int) and not isinstance(earlier, bool) and 2 <= earlier < FORMAT:
             raise ValueError(f"{path} was written by an earlier gluondist (checkpoint format "
                              f"{state['format']}, whose per-epoch seeds differ, so it would not "
                              "resume exactly); pass resume=False to start a fresh run there")

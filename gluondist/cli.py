@@ -13,7 +13,7 @@ from .launcher.errors import LaunchError, Stopped, StopRequest
 from .launcher.options import LaunchOptions, flags
 from .launcher.plan import LaunchPlan
 from .launcher.session import dry_run as plan_only, launch_job, terminal
-from .launcher.kubernetes import SCHEDULER_PORT
+from .launcher.kubernetes import LAYOUTS, SCHEDULER_PORT
 
 
 def _say(message: str) -> None:
@@ -256,7 +256,7 @@ def manifest():
               help="The scheduler's port.")
 @launch_flags("kvstore", "gpus_per_worker", "env", kvstore={"type": click.Choice(DIST_KINDS)},
               gpus_per_worker={"type": click.IntRange(min=0)})
-@click.option("--layout", type=click.Choice(["one-job", "per-role"]), default="one-job",
+@click.option("--layout", type=click.Choice(LAYOUTS), default=LAYOUTS[0],
               show_default=True,
               help="one-job: any failure ends every pod, one pod template for all roles; "
                    "per-role: a Job per role with its own resources (GPUs for workers only), "
@@ -273,8 +273,9 @@ def manifest_kubernetes(num_workers, num_servers, image, name, port, kvstore, gp
     process fails."""
     import json
     from .launcher.kubernetes import kubernetes
-    objects = kubernetes(name, image, command, num_workers, num_servers, port, kvstore,
-                         gpus_per_worker, _env_pairs(env), layout, active_deadline)
+    objects = kubernetes(name, image, command, num_workers, num_servers, port=port,
+                         kvstore=kvstore, gpus_per_worker=gpus_per_worker, env=_env_pairs(env),
+                         layout=layout, active_deadline=active_deadline)
     output.write(json.dumps(objects, indent=2) + "\n")
 
 

@@ -2,17 +2,15 @@
 import mxnet as mx
 import numpy as np
 
-import gluondist
 from gluondist import Callback
-from conftest import OPT, mlp
+from conftest import OPT, fit_mlp
 
 
-def fit_on(ctx, data, epochs=2, seed=7, **kw):
-    net = mlp()
-    params = dict(OPT, **kw.pop("optimizer_params", {}))
-    h = gluondist.fit(net, data, epochs=epochs, batch_size=kw.pop("batch_size", 30), ctx=ctx,
-                      seed=seed, optimizer_params=params, **kw)
-    return net, h
+def fit_on(ctx, data, **kw):
+    """``fit_mlp`` on the devices ``ctx``, its ``optimizer_params`` added to the tests' defaults
+    (not in their place)."""
+    kw["optimizer_params"] = dict(OPT, **kw.pop("optimizer_params", {}))
+    return fit_mlp(data, ctx=ctx, **kw)
 
 
 def params_of(net):

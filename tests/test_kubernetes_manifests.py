@@ -108,6 +108,10 @@ def test_manifest_bad_input(args, message):
     (dict(gpus_per_worker=-2), "--gpus-per-worker must be a whole number, at least 0, got -2"),
     (dict(kvstore="local"), "--kvstore 'local' is not one of"),
     (dict(layout="two-jobs"), "--layout 'two-jobs' is not one of"),
+    (dict(port=70000), r"--port must be a whole number, 1..65535, got 70000"),
+    (dict(active_deadline=-5), "--active-deadline must be a whole number, at least 1, got -5"),
+    (dict(env={"A=B": "1"}), "--env 'A=B': write KEY=VALUE"),
+    (dict(command=()), "nothing to run"),
 ])
 def test_the_python_call_checks_what_the_cli_checks(kwargs, message):
     from gluondist.launcher.errors import LaunchError

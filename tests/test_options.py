@@ -17,6 +17,7 @@ JOB = str(SCRIPTS / "job.py")
     (dict(num_servers=0), "needs a server"),
     (dict(kvstore="device"), "not a distributed kind"),
     (dict(start_timeout=0), "--start-timeout"),
+    (dict(stall_timeout=float("inf")), "--stall-timeout must be a positive number of seconds"),
     (dict(threads=0), "--threads"),
     (dict(env={"A=B": "1"}), "KEY=VALUE"),
 ])

@@ -15,7 +15,7 @@ import time
 # absolute imports: the launcher runs this file by its path, as a script
 from gluondist import kvstore
 from gluondist._mx import mx
-from gluondist.bench.kvstore import key_sizes
+from gluondist.bench.kvstore import PREFIX, key_sizes
 from gluondist.bench.probe import probe
 
 WARMUP = 3
@@ -47,7 +47,7 @@ def main(mbytes: float, keys: int, steps: int, chunks) -> None:
     rate = probe(min(max(nbytes, PROBE_BYTES[0]), PROBE_BYTES[1]))
     step_s = [measure(sizes, steps, c) for c in chunks]
     if kvstore.rank() == 0:
-        print("gluondist-bench " + json.dumps({"step_s": step_s, "chunk_bytes": chunks,
+        print(PREFIX + json.dumps({"step_s": step_s, "chunk_bytes": chunks,
                                               "bytes": nbytes, "tcp_bytes_per_s": rate}),
               flush=True)
 

@@ -31,7 +31,7 @@ MAX_KEY = (2 ** 31 - 1) // SERVER_HASH
 # (the last zero-padded) on keys REDUCE_BASE + REDUCE_CHUNK + 1 + j.
 REDUCE_BASE = 1 << 30
 REDUCE_CHUNK = 1 << 15
-REDUCE_SAFE = (1 << 30) // SERVER_HASH  # the largest safe m
+REDUCE_SAFE = REDUCE_BASE // SERVER_HASH  # the largest safe m
 MAX_REDUCE = (REDUCE_SAFE - REDUCE_CHUNK) * REDUCE_CHUNK  # the longest vector allreduce takes
 
 

@@ -42,16 +42,27 @@ LAYOUTS = ("one-job", "per-role")
 NAME = re.compile(r"[a-z]([-a-z0-9]{0,40}[a-z0-9])?")
 
 
-def check(name: str, image: str, num_workers: int, num_servers: int, kvstore: str,
-          gpus_per_worker: int, layout: str) -> None:
-    """Raise LaunchError unless Kubernetes would take ``name`` (see NAME) and ``image`` (a
-    non-empty reference; whitespace is never part of one), and the counts and kinds make a
-    job."""
-    for flag, value, least in (("-n/--num-workers", num_workers, 1),
-                               ("-s/--num-servers", num_servers, 1),
-                               ("--gpus-per-worker", gpus_per_worker, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise LaunchError(f"{flag} must be a whole number, at least {least}, got {value!r}")
+def check(name: str, image: str, command: Sequence[str], num_workers: int, num_servers: int,
+          port: int, kvstore: str, gpus_per_worker: int, env: Dict[str, str], layout: str,
+          active_deadline: Optional[int]) -> None:
+    """Raise LaunchError, as the CLI would, unless Kubernetes would take ``name`` (see NAME)
+    and ``image`` (a non-empty reference; whitespace is never part of one), and the rest makes
+    a job."""
+    if not command:
+        raise LaunchError("nothing to run: give the container's command")
+    for flag, value, least, most in (("-n/--num-workers", num_workers, 1, None),
+                                     ("-s/--num-servers", num_servers, 1, None),
+                                     ("--gpus-per-worker", gpus_per_worker, 0, None),
+                                     ("--port", port, 1, 65535),
+                                     ("--active-deadline", active_deadline or 1, 1, None)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least or \
+                (most is not None and value > most):
+            within = f"{least}..{most}" if most else f"at least {least}"
+            raise LaunchError(f"{flag} must be a whole number, {within}, got {value!r}")
+    bad = [k for k, v in env.items() if not isinstance(k, str) or not k or "=" in k
+           or not isinstance(v, str)]
+    if bad:
+        raise LaunchError(f"--env {bad[0]!r}: write KEY=VALUE, both strings")
     if kvstore not in DIST_KINDS:
         raise LaunchError(f"--kvstore {kvstore!r} is not one of {', '.join(DIST_KINDS)}")
     if layout not in LAYOUTS:
@@ -96,12 +107,14 @@ def kubernetes(name: str, image: str, command: Sequence[str], num_workers: int,
     ``per-role``, one Indexed Job per role (each its own resources; GPUs for workers only), in
     which a failing worker fails only the workers' Job. ``active_deadline`` bounds every Job's
     run time (``activeDeadlineSeconds``)."""
-    check(name, image, num_workers, num_servers, kvstore, gpus_per_worker, layout)
+    env = dict(env or {})
+    check(name, image, command, num_workers, num_servers, port, kvstore, gpus_per_worker, env,
+          layout, active_deadline)
     labels = {"app.kubernetes.io/name": "gluondist", "gluondist.io/job": name}
     common = job_env(scheduler_host(name, layout), port, num_workers, num_servers)
     # ps-lite binds the scheduler to 0.0.0.0 instead of its DNS name under this flag
     common[ev.DMLC_USE_KUBERNETES] = "1"
-    env_list = _env({**common, **(env or {})}) + [_field(ev.DMLC_NODE_HOST, "status.podIP")]
+    env_list = _env({**common, **env}) + [_field(ev.DMLC_NODE_HOST, "status.podIP")]
 
     def job(job_name: str, count: int, role: Optional[str], gpus: int) -> dict:
         container = {"name": CONTAINER, "image": image, "env": env_list,

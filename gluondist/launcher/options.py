@@ -1,6 +1,7 @@
 """The one input type of the launcher, built by the CLI and by ``gluondist.launch()`` alike."""
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import sys
@@ -217,7 +218,7 @@ def _check_seconds(options: LaunchOptions) -> None:
         value = getattr(options, f.name)
         if flag is None or flag.type != "seconds" or (value is None and f.default is None):
             continue
-        if not _number(value) or not value > 0:
+        if not _number(value) or not 0 < value < math.inf:
             raise LaunchError(f"{flag.names[-1]} must be a positive number of seconds, got "
                               f"{value!r}")
 

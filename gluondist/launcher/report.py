@@ -74,9 +74,9 @@ BOOTSTRAP_FILE = source_path(BOOTSTRAP)
 
 
 def _launch_frame(line: str) -> bool:
-    """The frames every worker has below the script's (runpy, the bootstrap): left in the
-    log, left out of the report."""
-    return "<frozen runpy>" in line or BOOTSTRAP_FILE in line
+    """The frames every worker has below the script's (runpy, frozen from Python 3.11, and the
+    bootstrap): left in the log, left out of the report."""
+    return "<frozen runpy>" in line or "/runpy.py" in line or BOOTSTRAP_FILE in line
 
 
 def final_lines(result: LaunchResult) -> List[str]:

@@ -7,7 +7,7 @@ failure prints its traceback, runs the script's ``atexit`` handlers (MXNet's own
 flushes every open file, and leaves with ``os._exit`` (code k, or 1), skipping that barrier;
 the launcher then stops the rest. Handlers and flushes get ``GLUONDIST_EXIT_GRACE`` seconds
 (10): then a timer thread leaves with the same code, and should the main thread hold the
-interpreter, SIGALRM (its default action) ends the process 2 s later. Success exits normally,
+interpreter, SIGALRM (its default action) ends the process 3 s later. Success exits normally,
 through the barrier, which is what shuts the servers down.
 
 An uncaught exception is also written to ``GLUONDIST_ERROR_FILE`` (see errorfile.py), so the
@@ -25,13 +25,14 @@ import time
 import traceback
 
 from ... import envvars
-from . import errorfile
+from . import BOOTSTRAP, errorfile
+from .proctree import STACK_SIGNAL
 
-STACK_SIGNAL = signal.SIGUSR1
 EXIT_GRACE = 10.0  # seconds for atexit handlers and flushes after a failure (default)
 # the backstop: SIGALRM ends the process this long after the grace, should the timer's
 # thread never run (a handler that holds the GIL in C code)
 ALARM_AFTER_GRACE = 3
+MAX_GRACE = 86400  # a day: more is a typo (signal.alarm takes whole seconds, bounded)
 
 
 def _leave(code: int) -> None:
@@ -52,7 +53,7 @@ def _fail(code: int) -> None:
         grace = float(os.environ.get(envvars.GLUONDIST_EXIT_GRACE, EXIT_GRACE))
     except ValueError:
         grace = EXIT_GRACE
-    if not 0 <= grace <= 86400:  # nan too
+    if not 0 <= grace <= MAX_GRACE:  # nan too
         grace = EXIT_GRACE
     timer = threading.Timer(grace, _leave, (code,))
     timer.daemon = True
@@ -95,8 +96,7 @@ def _show_gluondist_logs() -> None:
 
 def main(argv) -> None:
     if not argv:
-        sys.stderr.write("usage: python -m gluondist.launcher.child.bootstrap "
-                         "SCRIPT.py|-m MODULE ...\n")
+        sys.stderr.write(f"usage: python -m {BOOTSTRAP} SCRIPT.py|-m MODULE ...\n")
         _leave(2)
     _show_gluondist_logs()
     faulthandler.register(STACK_SIGNAL, all_threads=True)

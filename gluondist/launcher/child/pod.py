@@ -18,12 +18,13 @@ import sys
 
 from ...envvars import JOB_COMPLETION_INDEX as INDEX
 from ..roles import role_env, role_of_index, server_argv, worker_argv
+from . import POD
 from .proctree import exit_status, signal_tree, stop_tree
 
 
 
 def main(argv) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gluondist.launcher.child.pod")
+    parser = argparse.ArgumentParser(prog=f"python -m {POD}")
     parser.add_argument("--servers", type=int, required=True)
     parser.add_argument("--kvstore", default="dist_sync")
     parser.add_argument("--role", choices=("scheduler", "server", "worker"))

@@ -37,6 +37,7 @@ from typing import Optional
 
 from ... import __version__
 from ... import envvars as ev
+from . import REMOTE
 from .proctree import STACK_SIGNAL, exit_status, session_cpu, signal_tree, stop_tree
 
 PROTOCOL = 1
@@ -164,7 +165,7 @@ def main(argv=None) -> int:
         print(json.dumps(preflight_report()), flush=True)
         return 0
     if argv:
-        print("usage: python -m gluondist.launcher.child.remote [--preflight] (the job as JSON on "
+        print(f"usage: python -m {REMOTE} [--preflight] (the job as JSON on "
               "stdin)", file=sys.stderr)
         return 2
     # stdin unbuffered: a thread blocked in a buffered readline holds the buffer's lock, and

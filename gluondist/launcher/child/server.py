@@ -19,6 +19,7 @@ import sys
 import traceback
 
 from ... import envvars as ev
+from . import SERVER
 
 FAILED = 1  # the exit code of a server that refused a command or whose Python code raised
 CONTROLLER = 0  # the one command MXNet hands to Python (kController); the rest stay in C++
@@ -79,7 +80,7 @@ def _serve() -> None:
 def main() -> int:
     role = os.environ.get(ev.DMLC_ROLE)
     if role not in ("scheduler", "server"):
-        sys.stderr.write(f"python -m gluondist.launcher.child.server: "
+        sys.stderr.write(f"python -m {SERVER}: "
                          f"needs {ev.DMLC_ROLE}=scheduler "
                          f"or server (got {role!r}); gluondist launch sets it\n")
         return 2

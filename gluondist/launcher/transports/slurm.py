@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 from typing import Mapping, Tuple
 
 from ... import envvars as ev
 from ..hosts import Host, parse_slurm_tasks
 from ..errors import LaunchError
+from ..child.proctree import STACK_SIGNAL
 from ..plan import ProcessSpec
 
 SCONTROL_TIMEOUT = 30  # seconds for scontrol to answer: slurmctld may be busy, not gone
@@ -62,7 +62,7 @@ class SrunTransport:
                                 start_new_session=True), None
 
     def request_stack(self, proc: subprocess.Popen) -> None:
-        proc.send_signal(signal.SIGUSR1)  # srun forwards SIGUSR1 to its task
+        proc.send_signal(STACK_SIGNAL)  # srun forwards SIGUSR1 to its task
 
     def tree_cpu(self, child):
         return None

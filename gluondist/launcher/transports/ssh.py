@@ -47,6 +47,7 @@ SILENCE = 18.0
 # ends the launcher's session within about SILENCE, when the remote side ends its tree too)
 CONNECT_TIMEOUT, ALIVE_INTERVAL, ALIVE_COUNT = 10, 5, 3
 PREFLIGHT_TIMEOUT = 30.0  # for a host's preflight: ssh's connect plus importing gluondist there
+PREFLIGHT_THREADS = 16  # hosts preflighted at once: a big hostfile in a few rounds of 30 s
 
 
 def forwarded_env(base_env: Mapping[str, str]) -> Dict[str, str]:
@@ -170,7 +171,7 @@ def check_host(host: str, python: str, ssh_config: Optional[str] = None,
 def check_hosts(hosts: Sequence[str], python: str, ssh_config: Optional[str] = None,
                 timeout: float = PREFLIGHT_TIMEOUT) -> Dict[str, str]:
     """Every host checked at once (see ``check_host``): {host: problem} for those that fail."""
-    with ThreadPoolExecutor(max_workers=min(16, len(hosts)) or 1) as pool:
+    with ThreadPoolExecutor(max_workers=min(PREFLIGHT_THREADS, len(hosts)) or 1) as pool:
         problems = pool.map(lambda h: check_host(h, python, ssh_config, timeout), hosts)
         return {h: p for h, p in zip(hosts, problems) if p}
 
