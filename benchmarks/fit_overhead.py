@@ -17,6 +17,7 @@ from sklearn.datasets import load_digits
 
 import gluondist
 from alternate import alternate
+from gluondist.kv.sampling import SHUFFLE, derive_seed
 
 
 def mlp():
@@ -38,7 +39,8 @@ def by_hand(train, val, epochs, batch_size, seed):
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     trainer = gluon.Trainer(net.collect_params(), "sgd", OPT)
     for epoch in range(epochs):
-        order = np.random.RandomState(seed + epoch).permutation(len(X))
+        # fit's shuffle, so that both arms see the same batches and end alike
+        order = np.random.RandomState(derive_seed(seed, SHUFFLE, epoch)).permutation(len(X))
         loss_sum, correct = mx.nd.zeros((1,)), mx.nd.zeros((1,))
         for start in range(0, len(X), batch_size):
             idx = order[start:start + batch_size]
