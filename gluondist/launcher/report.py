@@ -1,6 +1,7 @@
 """What the launcher tells a person about a failed, stalled or restarted job, as lines."""
 from __future__ import annotations
 
+import re
 from typing import List
 
 from .child import BOOTSTRAP, source_path
@@ -71,12 +72,14 @@ def _stall_lines(result: LaunchResult) -> List[str]:
 
 
 BOOTSTRAP_FILE = source_path(BOOTSTRAP)
+STDLIB_RUNPY = re.compile(r"/python3\.\d+/runpy\.py\b")  # not a user's own runpy.py
 
 
 def _launch_frame(line: str) -> bool:
     """The frames every worker has below the script's (runpy, frozen from Python 3.11, and the
     bootstrap): left in the log, left out of the report."""
-    return "<frozen runpy>" in line or "/runpy.py" in line or BOOTSTRAP_FILE in line
+    return "<frozen runpy>" in line or STDLIB_RUNPY.search(line) is not None or \
+        BOOTSTRAP_FILE in line
 
 
 def final_lines(result: LaunchResult) -> List[str]:
