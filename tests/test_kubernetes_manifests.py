@@ -111,7 +111,12 @@ def test_manifest_bad_input(args, message):
     (dict(port=70000), r"--port must be a whole number, 1..65535, got 70000"),
     (dict(active_deadline=-5), "--active-deadline must be a whole number, at least 1, got -5"),
     (dict(env={"A=B": "1"}), "--env 'A=B': write KEY=VALUE"),
-    (dict(command=()), "nothing to run"),
+    (dict(command=()), "the container's command must be a list of non-empty strings"),
+    (dict(command="python train.py"), "must be a list of non-empty strings"),
+    (dict(command=["python", None]), "must be a list of non-empty strings"),
+    (dict(active_deadline=0), "--active-deadline must be a whole number, at least 1, got 0"),
+    (dict(name=5), "--name and --image must be strings"),
+    (dict(env=["A=B"]), "env must be a dict"),
 ])
 def test_the_python_call_checks_what_the_cli_checks(kwargs, message):
     from gluondist.launcher.errors import LaunchError

@@ -8,7 +8,7 @@ import time
 
 import gluondist
 from conftest import wait_until
-from gluondist.launcher.child import remote
+from gluondist.launcher.child import BOOTSTRAP, remote
 from gluondist.launcher.child.proctree import STOP_GRACE
 
 # a command that leaves a grandchild in a process group of its own, and prints both pids
@@ -75,6 +75,26 @@ def test_a_stopped_worker_leaves_no_temporary_directory_on_its_host(tmp_path):
     proc.stdin.close()
     assert proc.wait(timeout=30) == 128 + 15
     assert wait_until(lambda: not any(map(alive, pids)), 10)
+    assert list(tmp.iterdir()) == []
+
+
+def test_a_worker_that_failed_then_was_stopped_still_sends_its_record(tmp_path):
+    # it raised, and its atexit handler was still running when the launcher stopped the job
+    script = tmp_path / "slow_failure.py"
+    script.write_text("import atexit, time\natexit.register(lambda: time.sleep(2))\n"
+                      "print('started', flush=True)\nraise RuntimeError('slow failure')\n")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = start({"argv": [sys.executable, "-m", BOOTSTRAP, str(script)], "worker": True},
+                 tmp_path, env={**os.environ, "TMPDIR": str(tmp)})
+    assert proc.stdout.readline() == b"started\n"
+    assert wait_until(lambda: list(tmp.glob("*/error.json")), 10)
+    proc.stdin.close()
+    assert proc.wait(timeout=30) == 128 + 15
+    lines = proc.stderr.read().decode().splitlines()
+    records = [json.loads(line.split(" ", 1)[1]) for line in lines
+               if line.startswith("gluondist-error ")]
+    assert len(records) == 1 and "slow failure" in json.dumps(records[0])
     assert list(tmp.iterdir()) == []
 
 

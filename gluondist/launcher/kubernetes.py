@@ -48,13 +48,16 @@ def check(name: str, image: str, command: Sequence[str], num_workers: int, num_s
     """Raise LaunchError, as the CLI would, unless Kubernetes would take ``name`` (see NAME)
     and ``image`` (a non-empty reference; whitespace is never part of one), and the rest makes
     a job."""
-    if not command:
-        raise LaunchError("nothing to run: give the container's command")
-    for flag, value, least, most in (("-n/--num-workers", num_workers, 1, None),
-                                     ("-s/--num-servers", num_servers, 1, None),
-                                     ("--gpus-per-worker", gpus_per_worker, 0, None),
-                                     ("--port", port, 1, 65535),
-                                     ("--active-deadline", active_deadline or 1, 1, None)):
+    if isinstance(command, str) or not command or \
+            not all(isinstance(part, str) and part for part in command):
+        raise LaunchError(f"the container's command must be a list of non-empty strings, such "
+                          f"as ['python', 'train.py'], not {command!r}")
+    counts = [("-n/--num-workers", num_workers, 1, None),
+              ("-s/--num-servers", num_servers, 1, None),
+              ("--gpus-per-worker", gpus_per_worker, 0, None), ("--port", port, 1, 65535)]
+    if active_deadline is not None:
+        counts.append(("--active-deadline", active_deadline, 1, None))
+    for flag, value, least, most in counts:
         if isinstance(value, bool) or not isinstance(value, int) or value < least or \
                 (most is not None and value > most):
             within = f"{least}..{most}" if most else f"at least {least}"
@@ -63,6 +66,8 @@ def check(name: str, image: str, command: Sequence[str], num_workers: int, num_s
            or not isinstance(v, str)]
     if bad:
         raise LaunchError(f"--env {bad[0]!r}: write KEY=VALUE, both strings")
+    if not isinstance(name, str) or not isinstance(image, str):
+        raise LaunchError(f"--name and --image must be strings, not {name!r} and {image!r}")
     if kvstore not in DIST_KINDS:
         raise LaunchError(f"--kvstore {kvstore!r} is not one of {', '.join(DIST_KINDS)}")
     if layout not in LAYOUTS:
@@ -107,6 +112,8 @@ def kubernetes(name: str, image: str, command: Sequence[str], num_workers: int,
     ``per-role``, one Indexed Job per role (each its own resources; GPUs for workers only), in
     which a failing worker fails only the workers' Job. ``active_deadline`` bounds every Job's
     run time (``activeDeadlineSeconds``)."""
+    if env is not None and not isinstance(env, dict):
+        raise LaunchError(f"env must be a dict of KEY: VALUE strings, not {env!r}")
     env = dict(env or {})
     check(name, image, command, num_workers, num_servers, port, kvstore, gpus_per_worker, env,
           layout, active_deadline)

@@ -129,12 +129,13 @@ class Remote:
         code = self.child.wait()
         self.signal_tree(signal.SIGKILL)  # whatever the command left behind
         if self.error_file:
-            if not self.stopping.is_set():  # a stopped worker's record would be the stop's
-                try:
-                    with open(self.error_file) as f:
-                        say("gluondist-error " + json.dumps(json.load(f)))
-                except (OSError, ValueError):
-                    pass
+            # relayed even after a stop: a worker that failed on its own and was stopped in its
+            # exit grace must still come first in the report, by its record's time
+            try:
+                with open(self.error_file) as f:
+                    say("gluondist-error " + json.dumps(json.load(f)))
+            except (OSError, ValueError):
+                pass
             shutil.rmtree(os.path.dirname(self.error_file), ignore_errors=True)
         return 128 + signal.SIGTERM if self.stopping.is_set() else exit_status(code)
 
