@@ -16,9 +16,9 @@ import re
 from typing import Dict, List, Optional, Sequence
 
 from .. import envvars as ev
-from ..kv.kinds import DIST_KINDS
 from . import child
 from .errors import LaunchError
+from .options import check_env, check_kvstore, check_whole
 from .roles import is_python, job_env
 
 CONTAINER = "gluondist"
@@ -52,24 +52,16 @@ def check(name: str, image: str, command: Sequence[str], num_workers: int, num_s
             not all(isinstance(part, str) and part for part in command):
         raise LaunchError(f"the container's command must be a list of non-empty strings, such "
                           f"as ['python', 'train.py'], not {command!r}")
-    counts = [("-n/--num-workers", num_workers, 1, None),
-              ("-s/--num-servers", num_servers, 1, None),
-              ("--gpus-per-worker", gpus_per_worker, 0, None), ("--port", port, 1, 65535)]
+    check_whole("-n/--num-workers", num_workers, 1)
+    check_whole("-s/--num-servers", num_servers, 1)
+    check_whole("--gpus-per-worker", gpus_per_worker, 0)
+    check_whole("--port", port, 1, 65535)
     if active_deadline is not None:
-        counts.append(("--active-deadline", active_deadline, 1, None))
-    for flag, value, least, most in counts:
-        if isinstance(value, bool) or not isinstance(value, int) or value < least or \
-                (most is not None and value > most):
-            within = f"{least}..{most}" if most else f"at least {least}"
-            raise LaunchError(f"{flag} must be a whole number, {within}, got {value!r}")
-    bad = [k for k, v in env.items() if not isinstance(k, str) or not k or "=" in k
-           or not isinstance(v, str)]
-    if bad:
-        raise LaunchError(f"--env {bad[0]!r}: write KEY=VALUE, both strings")
+        check_whole("--active-deadline", active_deadline, 1)
+    check_env(env)
     if not isinstance(name, str) or not isinstance(image, str):
         raise LaunchError(f"--name and --image must be strings, not {name!r} and {image!r}")
-    if kvstore not in DIST_KINDS:
-        raise LaunchError(f"--kvstore {kvstore!r} is not one of {', '.join(DIST_KINDS)}")
+    check_kvstore(kvstore)
     if layout not in LAYOUTS:
         raise LaunchError(f"--layout {layout!r} is not one of {', '.join(LAYOUTS)}")
     if not NAME.fullmatch(name):

@@ -151,15 +151,10 @@ class LaunchOptions:
             raise LaunchError(f"script {head!r} not found; give the path of a .py file")
         if not self.is_script and shutil.which(head) is None:
             raise LaunchError(f"command {head!r} not found on PATH")
-        for name, value in (("-n/--num-workers", self.num_workers),
-                            ("-s/--num-servers", self.num_servers)):
-            if not _whole(value) or value < 1:
-                hint = " (a parameter-server job needs a server)" if "server" in name else ""
-                raise LaunchError(f"{name} must be a whole number, at least 1, got {value!r}"
-                                  f"{hint}")
-        if self.kvstore not in DIST_KINDS:
-            raise LaunchError(f"--kvstore {self.kvstore!r} is not a distributed kind; use one "
-                              f"of {', '.join(DIST_KINDS)}")
+        check_whole("-n/--num-workers", self.num_workers, 1)
+        check_whole("-s/--num-servers", self.num_servers, 1,
+                    hint=" (a parameter-server job needs a server)")
+        check_kvstore(self.kvstore)
         _check_seconds(self)
         if not _whole(self.max_restarts) or self.max_restarts < 0:
             raise LaunchError(f"--max-restarts must be 0 or more, got {self.max_restarts!r}")
@@ -171,14 +166,9 @@ class LaunchOptions:
                               "slurm); a local job binds 127.0.0.1")
         if self.ssh_config is not None and not os.path.isfile(self.ssh_config):
             raise LaunchError(f"--ssh-config {self.ssh_config!r} not found")
-        if self.threads is not None and (not _whole(self.threads) or self.threads < 1):
-            raise LaunchError(f"--threads must be a whole number, at least 1, got "
-                              f"{self.threads!r}")
-        bad = [k for k, v in self.env.items() if not isinstance(k, str) or not k or "=" in k
-               or not isinstance(v, str)]
-        if bad:
-            raise LaunchError(f"--env {bad[0]!r}={self.env[bad[0]]!r}: write KEY=VALUE, both "
-                              "strings")
+        if self.threads is not None:
+            check_whole("--threads", self.threads, 1)
+        check_env(self.env)
         if self.interface is not None and self.launcher == "local":
             raise LaunchError("--interface is for multi-host jobs (--launcher ssh or slurm); "
                               "a local job binds 127.0.0.1")
@@ -208,6 +198,27 @@ class LaunchOptions:
                               "needs --launcher ssh (and -H for the workers)")
         if self.hosts:
             self.placement()
+
+
+def check_whole(flag: str, value, least: int, most: Optional[int] = None, hint: str = "") -> None:
+    """Raise LaunchError unless ``value`` is a whole number (not a bool) of least..most."""
+    if not _whole(value) or value < least or (most is not None and value > most):
+        within = f"{least}..{most}" if most is not None else f"at least {least}"
+        raise LaunchError(f"{flag} must be a whole number, {within}, got {value!r}{hint}")
+
+
+def check_kvstore(kind) -> None:
+    if kind not in DIST_KINDS:
+        raise LaunchError(f"--kvstore {kind!r} is not a distributed kind; use one of "
+                          f"{', '.join(DIST_KINDS)}")
+
+
+def check_env(env: Dict[str, str]) -> None:
+    """Every pair of ``env`` is a KEY=VALUE a process can be given: both strings, a key."""
+    bad = [k for k, v in env.items() if not isinstance(k, str) or not k or "=" in k
+           or not isinstance(v, str)]
+    if bad:
+        raise LaunchError(f"--env {bad[0]!r}={env[bad[0]]!r}: write KEY=VALUE, both strings")
 
 
 def _check_seconds(options: LaunchOptions) -> None:
