@@ -209,7 +209,7 @@ def load_latest(directory) -> Optional[Checkpoint]:
         earlier = state.get("format") if isinstance(state, dict) else None
         if isinstance(earlier, int) and not isinstance(earlier, bool) and 2 <= earlier < FORMAT:
             raise ValueError(f"{path} was written by an earlier gluondist (checkpoint format "
-                             f"{state['format']}, whose per-epoch seeds differ, so it would not "
+                             f"{earlier}, whose per-epoch seeds differ, so it would not "
                              "resume exactly); pass resume=False to start a fresh run there")
         try:
             return _read(path)

@@ -90,8 +90,9 @@ def test_code_that_runs_in_the_launchers_children_imports_only_its_own_layer():
 def test_the_launcher_never_imports_training_code():
     known = modules()
     # the bench's worker and probe run inside the workers of its job
+    in_workers = ("gluondist.bench.worker", "gluondist.bench.probe")
     launcher = {m for m in known if m.startswith(("gluondist.launcher", "gluondist.bench"))
-                and m not in ("gluondist.bench.worker", "gluondist.bench.probe")} | {"gluondist.cli"}
+                and m not in in_workers} | {"gluondist.cli"}
     training = ("gluondist.training", "gluondist.kv.job", "gluondist.kv.trainer",
                 "gluondist.kvstore", "gluondist.parallel")
     reach = {m: {d for d in imports(m, known[m], known) if d.startswith(training)}

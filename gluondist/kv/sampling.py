@@ -8,7 +8,6 @@ from typing import Iterator, List, Tuple
 import numpy as np
 
 
-
 SHUFFLE, MXNET = 0, 1  # the streams derive_seed makes: the sampler's, MXNet's per worker
 
 
@@ -26,10 +25,10 @@ class ShardedBatchSampler:
     """Splits each *global* batch across workers so all run the same number of batches.
 
     Every epoch draws one permutation from ``derive_seed(seed, SHUFFLE, epoch)`` (identical on
-    every worker), cuts it into global batches of ``batch_size * num_workers`` and gives worker ``rank`` slice ``rank``
-    of each. N workers with local batch b therefore see exactly the batches one process with
-    batch N*b sees. The last, partial global batch is split as evenly as possible
-    (``last_batch='keep'``; a worker's share may then be empty) or dropped
+    every worker), cuts it into global batches of ``batch_size * num_workers`` and gives worker
+    ``rank`` slice ``rank`` of each. N workers with local batch b therefore see exactly the
+    batches one process with batch N*b sees. The last, partial global batch is split as evenly
+    as possible (``last_batch='keep'``; a worker's share may then be empty) or dropped
     (``last_batch='discard'``). Iterating yields this worker's index arrays, so it also works as
     a ``gluon.data.DataLoader(batch_sampler=...)`` with ``last_batch='discard'``."""
 

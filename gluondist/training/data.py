@@ -22,7 +22,6 @@ from .prefetch import Prefetcher
 from .samples import check_fields, unstackable
 
 
-
 class Source:
     """Samples fit can index. ``len(src)``; ``src.label_arrays`` (all labels, one array per
     output, or None where only a pass over the data would tell); ``src.load(idx, ctxs)`` gives
