@@ -22,7 +22,6 @@ from . import POD
 from .proctree import exit_status, signal_tree, stop_tree
 
 
-
 def main(argv) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m {POD}")
     parser.add_argument("--servers", type=int, required=True)
