@@ -9,6 +9,7 @@ import numpy as np
 
 
 SHUFFLE, MXNET = 0, 1  # the streams derive_seed makes: the sampler's, MXNet's per worker
+SEEDS = 2 ** 31  # every seed is in 0..SEEDS-1: MXNet's seed is a C int
 
 
 def derive_seed(seed: int, stream: int, *path: int) -> int:
@@ -18,7 +19,7 @@ def derive_seed(seed: int, stream: int, *path: int) -> int:
     entropy, is not padded with zeros, so path (3,) is unlike (3, 0)); the same on every
     worker."""
     key = (stream, *path)
-    return int(np.random.SeedSequence(seed, spawn_key=key).generate_state(1)[0]) % (2 ** 31)
+    return int(np.random.SeedSequence(seed, spawn_key=key).generate_state(1)[0]) % SEEDS
 
 
 class ShardedBatchSampler:

@@ -1,105 +1,227 @@
-"""fit's checks of its arguments, each a one-line ValueError before anything trains: the
-optimizer and its settings (fit's own copy), the callbacks, the checkpoint directory, the seed."""
+"""fit's arguments, declared once. :class:`FitArgs` holds each one with its type, its default,
+a line saying what it means and its check; making a FitArgs runs every check, so a bad value
+fails in one line naming the argument before anything trains. fit's signature is written out
+for IDEs and ``help()`` and tested against this declaration, and the argument table of
+docs/fit.md is :func:`markdown_table` (tests/test_fit_args.py checks both)."""
 from __future__ import annotations
 
-import copy
 import os
-import random
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Callable, Dict, Optional, Sequence, Union
 
 import numpy as np
 
 from .._mx import mx
-from .callbacks import Callback, Checkpointer
-from .checks import last_line
+from ..kv.kinds import KINDS
+from ..kv.sampling import SEEDS
+from ..parallel import Contexts, contexts
+from . import metrics as mtr
+from .arrays import class_weight_table
+from .callbacks import Callback
+from .checks import check_count
+from .data import check_kind
+from .objective import check_float32
 
+DEFAULT_BATCH_SIZE = 32  # per worker, when neither the call nor a DataLoader gives one (Keras')
+SEED_RANGE = f"0..2**{SEEDS.bit_length() - 1}-1"  # how messages and docs write the seeds
 CLIP_KEY = "clip_global_norm"  # our key in optimizer_params: clip gradients by global norm
 
+# The types of the arguments that take several kinds of value.
+Data = Union[tuple, mx.gluon.data.Dataset, mx.gluon.data.DataLoader]
+Losses = Union[Callable, Sequence[Optional[Callable]]]
+Metrics = Union[None, str, mx.metric.EvalMetric, Sequence, Dict[int, object]]
+PathLike = Union[str, os.PathLike]
+Check = Callable[[object, str], None]  # (value, argument name): raises ValueError
 
-def check_optimizer(optimizer, optimizer_params):
-    """``(optimizer, params, clip)``: fit's own copies of the optimizer (a name, or a copy of
-    an instance) and its settings without ``clip_global_norm``, which is returned apart."""
-    if optimizer_params is not None and not isinstance(optimizer_params, dict):
-        raise ValueError(f"optimizer_params must be a dict such as {{'learning_rate': 0.1}}, "
-                         f"not {optimizer_params!r}")
-    # fit's own copy: a stateful lr_scheduler (or optimizer) passed again starts alike
-    params = copy.deepcopy(dict(optimizer_params or {}))
-    clip = params.pop(CLIP_KEY, None)
-    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float))
-                             or not clip > 0):
-        raise ValueError(f"optimizer_params[{CLIP_KEY!r}] must be a positive number, not {clip!r}")
+
+def _arg(default, doc: str, check: Check):
+    """A field of FitArgs: its default (MISSING: none), its meaning, its check."""
+    return field(default=default, metadata={"doc": doc, "check": check})
+
+
+def _optional(check: Check) -> Check:
+    def check_unless_none(value, name):
+        if value is not None:
+            check(value, name)
+    return check_unless_none
+
+
+def _count(least: int) -> Check:
+    return lambda value, name: check_count(value, name, least)
+
+
+def _flag(value, name) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, not {value!r}")
+
+
+def _flag_or_none(value, name) -> None:
+    if value is not None and not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True, False or None (fit decides), not {value!r}")
+
+
+def _net(net, name) -> None:
+    if not isinstance(net, mx.gluon.Block):
+        raise ValueError(f"{name} must be a gluon.Block (such as gluon.nn.HybridSequential), "
+                         f"not {type(net).__name__}")
+    check_float32(net)
+
+
+def _loss(loss, name) -> None:
+    losses = loss if isinstance(loss, (list, tuple)) else [loss]
+    if not all(fn is None or callable(fn) for fn in losses):
+        raise ValueError(f"{name} must be a gluon.loss.Loss (or a function (output, label) -> "
+                         "loss per sample), a list of them with one per output, or None, not "
+                         f"{loss!r}")
+
+
+def _optimizer(optimizer, name) -> None:
     if isinstance(optimizer, mx.optimizer.Optimizer):
-        if params:
-            raise ValueError(f"optimizer_params {sorted(params)} given with an optimizer "
-                             "instance: set them on the instance, or pass the optimizer's name")
-        # its parameters (from an earlier Trainer) are not copied: a new Trainer sets them
-        return copy.deepcopy(optimizer, {id(optimizer.param_dict): {}}), params, clip
+        return
     if not isinstance(optimizer, str):
-        raise ValueError(
-            f"optimizer must be a name or an mx.optimizer.Optimizer, not {optimizer!r}")
+        raise ValueError(f"{name} must be a name or an mx.optimizer.Optimizer, not {optimizer!r}")
     known = mx.optimizer.Optimizer.opt_registry
     if optimizer.lower() not in known:
-        raise ValueError(f"unknown optimizer {optimizer!r}; use one of "
-                         f"{', '.join(sorted(known))}, or an mx.optimizer.Optimizer")
-    try:  # bad keywords and values fail now, with the optimizer's own message
-        _dry_run(mx.optimizer.create(optimizer, **copy.deepcopy(params)))
-    except (TypeError, ValueError, AttributeError, mx.base.MXNetError) as exc:
-        raise ValueError(f"optimizer_params for {optimizer!r}: {last_line(exc)}") from exc
-    return optimizer, params, clip
+        raise ValueError(f"unknown {name} {optimizer!r}; use one of {', '.join(sorted(known))}, "
+                         "or an mx.optimizer.Optimizer")
 
 
-def _dry_run(opt) -> None:
-    """One update of a throwaway weight: the optimizer's code meets its settings."""
-    weight, grad = mx.nd.ones((2,)), mx.nd.ones((2,))
-    opt.update_multi_precision(0, weight, grad, opt.create_state_multi_precision(0, weight))
-    weight.wait_to_read()
+def _optimizer_params(params, name) -> None:
+    if not isinstance(params, dict):
+        raise ValueError(f"{name} must be a dict such as {{'learning_rate': 0.1}}, not {params!r}")
+    clip = params.get(CLIP_KEY)
+    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float))
+                             or not clip > 0):
+        raise ValueError(f"{name}[{CLIP_KEY!r}] must be a positive number, not {clip!r}")
 
 
-def check_callbacks(callbacks) -> list:
-    callbacks = list(callbacks or [])
+def _ctx(ctx, name) -> None:
+    try:
+        contexts(ctx)  # its own errors name ctx
+    except TypeError as exc:
+        raise ValueError(f"{name} must be None, an int, a string such as 'gpu:0,gpu:1', a "
+                         f"Context or a list of them, not {ctx!r}") from exc
+
+
+def _kvstore(kind, name) -> None:
+    if kind is not None and kind != "auto" and kind not in KINDS:
+        raise ValueError(f"unknown {name} kind {kind!r}; use 'auto', None or one of: "
+                         f"{', '.join(KINDS)}")
+
+
+def _metrics(metrics, name) -> None:
+    if not (isinstance(metrics, str) and metrics == "auto"):
+        for each in metrics.values() if isinstance(metrics, dict) else [metrics]:
+            mtr.create(each)  # names an unknown or repeated metric
+
+
+def _callbacks(callbacks, name) -> None:
+    if not isinstance(callbacks, (list, tuple)):
+        raise ValueError(f"{name} must be a list of gluondist.Callback, not "
+                         f"{type(callbacks).__name__}")
     for i, cb in enumerate(callbacks):
         if not isinstance(cb, Callback):
-            raise ValueError(f"callbacks[{i}] is a {type(cb).__name__}, not a "
+            raise ValueError(f"{name}[{i}] is a {type(cb).__name__}, not a "
                              "gluondist.Callback; subclass gluondist.Callback")
-    return callbacks
 
 
-def checkpoint_dir_of(checkpoint_dir, callbacks):
-    """The directory fit checkpoints to and resumes from: ``checkpoint_dir``, or that of the
-    one Checkpointer passed (both given: they must be the same directory)."""
-    mine = [cb for cb in callbacks if isinstance(cb, Checkpointer)]
-    if len(mine) > 1:
-        raise ValueError(f"callbacks holds {len(mine)} Checkpointers; pass one (fit resumes "
-                         "from its directory)")
-    if mine:
-        given = mine[0].directory
-        if checkpoint_dir is not None and \
-                os.path.realpath(checkpoint_dir) != os.path.realpath(given):
-            raise ValueError(f"checkpoint_dir {checkpoint_dir} and the Checkpointer's directory "
-                             f"{given} differ; give one of them (fit resumes from the "
-                             "Checkpointer's directory)")
-        checkpoint_dir = given
-    if checkpoint_dir is not None:
-        _check_directory(checkpoint_dir)
-    return checkpoint_dir
+def _path(path, name) -> None:
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"{name} must be a path (a str or a pathlib.Path), not {path!r}")
 
 
-def _check_directory(directory) -> None:
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise ValueError(f"checkpoint_dir {directory} is a file, not a directory; give the path "
-                         "of a directory (it is created if missing)")
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"checkpoint_dir {directory}: {exc.strerror}") from exc
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise ValueError(f"checkpoint_dir {directory} is not writable")
-
-
-def seed_all(seed) -> None:
-    """MXNet's, numpy's and Python's global RNGs (a Dataset transform may draw from any)."""
+def _seed(seed, name) -> None:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or \
-            not 0 <= seed < 2 ** 31:
-        raise ValueError(f"seed must be an integer 0..2**31-1 or None, not {seed!r}")
-    mx.random.seed(int(seed))
-    np.random.seed(int(seed))
-    random.seed(int(seed))
+            not 0 <= seed < SEEDS:
+        raise ValueError(f"{name} must be an integer {SEED_RANGE} or None, not {seed!r}")
+
+
+def _loss_weights(weights, name) -> None:
+    try:
+        ok = not isinstance(weights, str) and all(np.isfinite(float(w)) for w in weights)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must be numbers, one per output, not {weights!r}")
+
+
+@dataclass(frozen=True, eq=False)
+class FitArgs:
+    """The arguments of :func:`gluondist.fit`, as the caller gave them, each checked alone
+    when this is made (what only holds of them together, and of the data, fit checks next)."""
+
+    net: mx.gluon.Block = _arg(
+        MISSING, "The Gluon model to train (float32); initialised (Xavier) on every device "
+                 "unless it already is.", _net)
+    train_data: Data = _arg(
+        MISSING, "`(X, y)` or `(X, y, sample_weight)` arrays (tuples of arrays for several "
+                 "inputs or outputs), a `gluon.data.Dataset` or a `DataLoader`.",
+        lambda data, name: check_kind(data, name))
+    loss: Optional[Losses] = _arg(
+        None, "A Gluon loss, or a list with one per output; None: softmax cross-entropy.", _loss)
+    optimizer: Union[str, mx.optimizer.Optimizer] = _arg(
+        "sgd", "An MXNet optimizer's name, or an `mx.optimizer.Optimizer` (fit trains a copy).",
+        _optimizer)
+    optimizer_params: Optional[dict] = _arg(
+        None, f"The optimizer's settings (fit trains with a copy), plus `{CLIP_KEY}`: clip the "
+              "mean gradient to that 2-norm.", _optional(_optimizer_params))
+    epochs: int = _arg(
+        1, "Epochs to train; a resumed run counts those it trained before.", _count(0))
+    batch_size: Optional[int] = _arg(
+        None, "Samples per worker and step, split across the devices; None: the DataLoader's, "
+              f"else {DEFAULT_BATCH_SIZE}, at most each worker's share of the samples.",
+        _optional(_count(1)))
+    ctx: Contexts = _arg(
+        None, "The devices: None for every GPU (else the CPU), an int n for n devices, "
+              "`'gpu:0,gpu:1'` or a list of contexts.", _ctx)
+    kvstore: Optional[str] = _arg(
+        "auto", "`'auto'`: none on one device, `'device'` on several, in a job the launcher's "
+                "`--kvstore`; or a kind (`'device'`, `'dist_sync'`, ...); None: none.", _kvstore)
+    val_data: Optional[Data] = _arg(
+        None, "Validation data, any kind `train_data` takes, scored after each epoch into "
+              "the `val_` keys.", _optional(lambda data, name: check_kind(data, name)))
+    metrics: Metrics = _arg(
+        "auto", "`'auto'`: accuracy for outputs trained with softmax cross-entropy; names "
+                "(`accuracy`, `mse`, `mae`, `rmse`, `ce`), `mx.metric` objects, a list, or "
+                "`{output: metrics}`.", _metrics)
+    callbacks: Optional[Sequence[Callback]] = _arg(
+        None, "`gluondist.Callback` instances; one of fit's own kinds (`ProgressBar`, "
+              "`EpochLogger`, `History`, `Checkpointer`) replaces fit's.", _optional(_callbacks))
+    checkpoint_dir: Optional[PathLike] = _arg(
+        None, "Worker 0 writes a checkpoint there after every epoch: a directory every worker "
+              "sees.", _optional(_path))
+    resume: bool = _arg(
+        True, "Continue after the newest complete checkpoint in `checkpoint_dir`; False: start "
+              "a fresh run there.", _flag)
+    progress: Optional[bool] = _arg(
+        None, "True: a progress bar, False: a log line per epoch; None: a bar when "
+              "interactive.", _flag_or_none)
+    seed: Optional[int] = _arg(
+        None, f"An integer {SEED_RANGE} that makes the run reproducible; None: a new one (in a "
+              "job, the same on every worker).", _optional(_seed))
+    terminate_on_nan: bool = _arg(
+        True, "A NaN or infinite training loss (or parameter, checked after each epoch) "
+              "raises FloatingPointError.", _flag)
+    accumulate: int = _arg(
+        1, "k: one update every k batches, with the sum of their gradients (as a batch k times "
+           "larger).", _count(1))
+    loss_weights: Optional[Sequence[float]] = _arg(
+        None, "Several outputs: the weight of each output's loss in the total `loss`.",
+        _optional(_loss_weights))
+    class_weight: Optional[Dict[int, float]] = _arg(
+        None, "`{class: weight}` for every class 0..K-1 of the first output: each training "
+              "sample's loss is weighed by its class's.",
+        _optional(lambda table, name: class_weight_table(table)))
+
+    def __post_init__(self):
+        for f in fields(self):
+            f.metadata["check"](getattr(self, f.name), f.name)
+
+
+def markdown_table() -> str:
+    """The argument table of docs/fit.md: one row per argument, its default and meaning."""
+    rows = ["| Argument | Default | Meaning |", "| --- | --- | --- |"]
+    for f in fields(FitArgs):
+        default = "required" if f.default is MISSING else f"`{f.default!r}`"
+        rows.append(f"| `{f.name}` | {default} | {f.metadata['doc']} |")
+    return "\n".join(rows)

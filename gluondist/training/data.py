@@ -255,10 +255,20 @@ def source(data, name: str, class_weight=None, labelled: bool = True):
         src = _dataset_source(data._dataset, name, data._batchify_fn, data, last_batch,
                               class_weight, labelled)
         return src, getattr(sampler, "_batch_size", None)
-    if isinstance(data, mx.gluon.data.Dataset):
-        return _dataset_source(data, name, None, None, "keep", class_weight, labelled), None
-    raise ValueError(f"{name} must be an (X, y) tuple of arrays, a gluon.data.Dataset or a "
-                     f"DataLoader, not {type(data).__name__}")
+    check_kind(data, name)
+    return _dataset_source(data, name, None, None, "keep", class_weight, labelled), None
+
+
+def check_kind(data, name: str) -> None:
+    """Raise ValueError unless ``data`` is of a kind fit reads: ``(X, y)`` or ``(X, y,
+    sample_weight)``, a Dataset or a DataLoader."""
+    if isinstance(data, (tuple, list)) and len(data) in (2, 3) or \
+            isinstance(data, (mx.gluon.data.Dataset, mx.gluon.data.DataLoader)):
+        return
+    kind = f"a {type(data).__name__} of {len(data)}" if isinstance(data, (tuple, list)) \
+        else type(data).__name__
+    raise ValueError(f"{name} must be an (X, y) tuple of arrays (or (X, y, sample_weight)), a "
+                     f"gluon.data.Dataset or a DataLoader, not {kind}")
 
 
 def _check_sampler(batch_sampler, length: int, name: str) -> None:

@@ -7,6 +7,7 @@ from typing import Dict, Tuple, Union
 import numpy as np
 
 from .. import kvstore as kvs, parallel
+from .arguments import DEFAULT_BATCH_SIZE
 from .checks import check_count, last_line
 from .data import check_not_all_dropped, source
 from .objective import (Objective, Tally, check_batch, check_float32, forward, named_inputs,
@@ -121,7 +122,7 @@ def _predicted(net, data) -> tuple:
                          f"{last_line(exc)}") from exc
 
 
-def _setup(net, data, batch_size, ctx, labelled=True, default=32):
+def _setup(net, data, batch_size, ctx, labelled=True, default=DEFAULT_BATCH_SIZE):
     ctxs = parallel.contexts(ctx)
     if not parallel.is_initialized(net):  # deferred shapes are set by the first forward
         raise ValueError("the net has no parameters yet: train it with fit, load them "

@@ -6,40 +6,51 @@ import math
 import time
 from collections.abc import Mapping
 from contextlib import closing
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence, Union
 
 import numpy as np
 
 from .. import kvstore as kvs, parallel
 from .._mx import mx
 from ..kv.sampling import MXNET, derive_seed
+from ..parallel import Contexts
 from . import timing
+from .arguments import Data, FitArgs, Losses, Metrics, PathLike
 from .callbacks import Callback, History
 from .config import prepare
 from .evaluation import run_pass
 from .objective import Tally
-from .run import Run, start
+from .run import LoopState, Run, start
 
 # One process reads the losses of 8 batches in one host sync per device: the device runs that
 # far ahead without waiting, and a NaN is still named within 8 batches of where it appeared.
 NAN_READ_EVERY = 8
 
 
-def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epochs=1,
-        batch_size=None, ctx=None, kvstore="auto", val_data=None, metrics="auto",
-        callbacks: Optional[Sequence[Callback]] = None, checkpoint_dir=None, resume=True,
-        progress=None, seed=None, terminate_on_nan=True, accumulate=1, loss_weights=None,
-        class_weight=None) -> History:
+# The arguments' names, order, defaults and types are FitArgs' (tests/test_fit_args.py checks
+# it); they are written out here so that IDEs and help() show them.
+def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
+        optimizer: Union[str, mx.optimizer.Optimizer] = "sgd",
+        optimizer_params: Optional[dict] = None, epochs: int = 1,
+        batch_size: Optional[int] = None, ctx: Contexts = None, kvstore: Optional[str] = "auto",
+        val_data: Optional[Data] = None, metrics: Metrics = "auto",
+        callbacks: Optional[Sequence[Callback]] = None,
+        checkpoint_dir: Optional[PathLike] = None, resume: bool = True,
+        progress: Optional[bool] = None, seed: Optional[int] = None,
+        terminate_on_nan: bool = True, accumulate: int = 1,
+        loss_weights: Optional[Sequence[float]] = None,
+        class_weight: Optional[Dict[int, float]] = None) -> History:
     """Train ``net`` and return a :class:`~gluondist.training.callbacks.History`.
 
     ``train_data``/``val_data``: an ``(X, y)`` tuple of numpy arrays or NDArrays, a
     ``gluon.data.Dataset`` or a ``DataLoader``. ``batch_size`` is per worker (default: the
-    DataLoader's, else 32); it is split across the devices ``ctx`` (see
-    :func:`gluondist.parallel.contexts`). Under ``gluondist launch`` each of N workers takes its
-    slice of every global batch of ``batch_size * N``, so the job computes what one process with
-    that batch would. ``loss=None`` is softmax cross-entropy; ``metrics='auto'`` is accuracy for
-    outputs trained with it, none for others. ``optimizer_params`` goes to the
-    optimizer, plus ``clip_global_norm`` (clip the mean gradient to this 2-norm).
+    DataLoader's, else :data:`~gluondist.training.arguments.DEFAULT_BATCH_SIZE`); it is split
+    across the devices ``ctx`` (see :func:`gluondist.parallel.contexts`). Under
+    ``gluondist launch`` each of N workers takes its slice of every global batch of
+    ``batch_size * N``, so the job computes what one process with that batch would.
+    ``loss=None`` is softmax cross-entropy; ``metrics='auto'`` is accuracy for outputs trained
+    with it, none for others. ``optimizer_params`` goes to the optimizer, plus
+    ``clip_global_norm`` (clip the mean gradient to this 2-norm).
 
     ``checkpoint_dir``: after each epoch worker 0 writes a checkpoint (see
     :mod:`gluondist.checkpoint`); with ``resume`` a later call continues after the last complete
@@ -51,20 +62,17 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
     ``loss_weights``, ``metrics={output: names}``. ``(X, y, sample_weight)`` and
     ``class_weight={label: weight}`` weight each sample's loss. Inputs, labels and weights are
     cast to float32 (the net must be float32); ``optimizer_params`` and an optimizer instance
-    are copied, never changed.
+    are copied, never changed. Every argument, its default and meaning: the table in
+    docs/fit.md, from :class:`~gluondist.training.arguments.FitArgs`.
 
     Raises ValueError before training for inconsistent or unusable input (in a ``dist_sync``
     job also when the workers' sample counts or settings differ). When training raises
     (Ctrl-C included), each callback's ``on_exception`` runs instead of ``on_train_end``, fit's
     data thread is stopped and the error re-raised; checkpoints written stay as they are."""
-    config = prepare(net=net, train_data=train_data, loss=loss, optimizer=optimizer,
-                     optimizer_params=optimizer_params, epochs=epochs, batch_size=batch_size,
-                     ctx=ctx, kvstore=kvstore, val_data=val_data, metrics=metrics,
-                     callbacks=callbacks, checkpoint_dir=checkpoint_dir, seed=seed,
-                     accumulate=accumulate, loss_weights=loss_weights, class_weight=class_weight)
-    run = start(config, resume, progress, terminate_on_nan)
+    loop = start(prepare(FitArgs(**locals())))  # locals(): the arguments, and only them here
+    run = loop.run
     try:
-        _epochs(run)
+        _epochs(loop)
     except BaseException as exc:  # Ctrl-C included: callbacks close what they opened
         run.callbacks.on_exception(run, exc)
         raise
@@ -73,40 +81,42 @@ def fit(net, train_data, loss=None, optimizer="sgd", optimizer_params=None, epoc
     return run.history
 
 
-def _epochs(run: Run) -> None:
+def _epochs(loop: LoopState) -> None:
+    run, args = loop.run, loop.config.args
     run.callbacks.on_train_begin(run)  # may stop at once (a resumed run that had ended)
     for epoch in range(run.start, run.epochs if not run.stop_training else run.start):
         run.epoch = epoch
         run.callbacks.on_epoch_begin(run, epoch)
-        logs = _train_epoch(run, epoch)
-        run._step.average_untrained()  # BatchNorm statistics: one value on every copy
-        if run._terminate_on_nan:
-            _check_parameters(run)
-        if run._config.val is not None:
-            logs.update({f"val_{k}": v for k, v in _evaluate(run).items()})
+        logs = _train_epoch(loop, epoch)
+        loop.step.average_untrained()  # BatchNorm statistics: one value on every copy
+        if args.terminate_on_nan:
+            _check_parameters(loop)
+        if loop.config.val is not None:
+            logs.update({f"val_{k}": v for k, v in _evaluate(loop).items()})
         run.callbacks.on_epoch_end(run, epoch, logs)
         if run.stop_training:
             break
 
 
-def _train_epoch(run: Run, epoch: int) -> dict:
+def _train_epoch(loop: LoopState, epoch: int) -> dict:
     """One pass over this worker's share of the training data; returns the epoch's logs."""
+    run, cfg = loop.run, loop.config
     started = time.perf_counter()
-    run._sampler.set_epoch(epoch)
+    loop.sampler.set_epoch(epoch)
     # MXNet's seed set anew every epoch, so dropout and friends replay alike after a resume
     mx.random.seed(derive_seed(run.seed, MXNET, epoch, run.rank))
-    tally = Tally(run._config.objective)
+    tally = Tally(cfg.objective)
     # A worker of a job checks each batch before its push, so no other worker ever receives
     # the NaN; one process reads the losses of several batches at once, without stalling.
-    watch = _NanWatch(run, every=1 if run._step.distributed else NAN_READ_EVERY) \
-        if run._terminate_on_nan else None
+    watch = _NanWatch(run, every=1 if loop.step.distributed else NAN_READ_EVERY) \
+        if cfg.args.terminate_on_nan else None
     hooks, clock = run.callbacks.batch_hooks, timing.EpochClock(run.steps)
-    source = run._config.train.epoch(run._sampler, run._config.ctxs)
+    source = cfg.train.epoch(loop.sampler, cfg.ctxs)
     with closing(source):  # an error stops its thread
-        samples = _train_batches(run, clock.waiting(source), tally, watch, clock, hooks)
+        samples = _train_batches(loop, clock.waiting(source), tally, watch, clock, hooks)
     if watch is not None:
         watch.check()
-    run._step.flush()  # a last, partial accumulation
+    loop.step.flush()  # a last, partial accumulation
     seconds = time.perf_counter() - started
     logs = tally.logs(kvs.allreduce if run.agree else None)
     logs.update(epoch_seconds=seconds, samples_per_s=samples / seconds)
@@ -117,40 +127,41 @@ def _train_epoch(run: Run, epoch: int) -> dict:
     return logs
 
 
-def _train_batches(run: Run, batches, tally, watch, clock, hooks) -> int:
+def _train_batches(loop: LoopState, batches, tally, watch, clock, hooks) -> int:
     """Train on each batch of the epoch; returns the number of samples (of all workers)."""
+    run, cfg, step = loop.run, loop.config, loop.step
     samples = 0
     for batch, (n, global_count, data, targets) in enumerate(batches):
         timed = clock.sample(batch)
-        outputs, losses = parallel.forward_backward(run.net, run._config.objective, data,
-                                                    targets, run._config.ctxs,
-                                                    run._step.loss_scale(n))
+        outputs, losses = parallel.forward_backward(run.net, cfg.objective, data, targets,
+                                                    cfg.ctxs, step.loss_scale(n))
         batch_sums = tally.add(outputs, targets, losses) if n else []
         if watch is not None:
             watch.add(batch, batch_sums)
         if timed is not None:
             timed.lap("compute")
-        run._step(global_count, timed)
+        step(global_count, timed)
         samples += global_count
         if hooks:
             run.callbacks.on_batch_end(run, batch, _BatchLogs(batch, n, batch_sums))
     return samples
 
 
-def _evaluate(run: Run) -> dict:
+def _evaluate(loop: LoopState) -> dict:
     """Loss and metrics over all of the validation data; in dist_sync each worker its share."""
-    c = run._config
+    run, c = loop.run, loop.config
     if run.agree:
         return run_pass(run.net, c.objective, c.val, c.ctxs, c.val_batch, run.rank,
                         run.num_workers, kvs.allreduce)
     return run_pass(run.net, c.objective, c.val, c.ctxs, c.val_batch)
 
 
-def _check_parameters(run: Run) -> None:
+def _check_parameters(loop: LoopState) -> None:
     """NaN in a Dataset's samples can hide from the loss (relu passes a NaN weight's column
     as 0) while the weights turn NaN: check them once per epoch, before any checkpoint."""
+    run, ctx = loop.run, loop.config.ctxs[0]
     bad = [name for name, p in run.net._collect_params_with_prefix().items()
-           if not math.isfinite(float(p.data(run._config.ctxs[0]).norm().asscalar()))]
+           if not math.isfinite(float(p.data(ctx).norm().asscalar()))]
     if bad:
         raise FloatingPointError(
             f"parameter(s) {', '.join(bad[:3])} became NaN or infinite in epoch "

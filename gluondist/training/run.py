@@ -1,5 +1,6 @@
-"""One fit call's state, as callbacks see it (:class:`Run`), and how fit gets it ready:
-restore a checkpoint, join the job, agree with the other workers, make the trainer."""
+"""One fit call's state as callbacks see it (:class:`Run`), what fit's loop keeps beside it
+(:class:`LoopState`), and how fit gets them ready: restore a checkpoint, join the job, agree
+with the other workers, make the trainer."""
 from __future__ import annotations
 
 import hashlib
@@ -11,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .. import checkpoint, envvars, kvstore as kvs
+from .._mx import mx
 from ..kv.kinds import Mode
+from ..kv.sampling import SEEDS
 from .callbacks import (CallbackList, Checkpointer, EpochLogger, Heartbeat, History, ProgressBar,
                         StopAgreement)
 from .config import FitConfig
@@ -20,11 +23,10 @@ from .evaluation import SHARD_HINT, differences
 
 @dataclass(eq=False)
 class Run:
-    """The state of one fit call, as callbacks see it. The public fields are the callback API
-    (see :class:`gluondist.Callback`); those with ``_`` are fit's own."""
+    """One fit call as callbacks see it: the callback API (see :class:`gluondist.Callback`)."""
 
-    net: object
-    trainer: object
+    net: mx.gluon.Block
+    trainer: mx.gluon.Trainer
     history: History
     callbacks: CallbackList
     epochs: int
@@ -34,12 +36,8 @@ class Run:
     num_workers: int
     seed: int
     mode: Optional[Mode]  # the kvstore's (None without one)
-    _step: kvs.TrainStep
-    _sampler: kvs.ShardedBatchSampler
-    _config: "FitConfig"
-    _terminate_on_nan: bool
     epoch: int = field(init=False)
-    stop_training: bool = False
+    stop_training: bool = False  # a callback sets it to stop at the end of the epoch
 
     def __post_init__(self):
         self.epoch = self.start
@@ -55,34 +53,43 @@ class Run:
         return self.mode is not None and self.mode.updates_on_servers
 
 
-def start(cfg: FitConfig, resume: bool, progress, terminate_on_nan: bool) -> Run:
+@dataclass(frozen=True, eq=False)
+class LoopState:
+    """What fit's loop works with: the checked call, the Run it shows callbacks, and its own
+    parts, which callbacks never see."""
+
+    config: FitConfig
+    run: Run
+    step: kvs.TrainStep  # one optimizer step per batch, whatever the kvstore mode
+    sampler: kvs.ShardedBatchSampler  # this worker's share of every global batch
+
+
+def start(cfg: FitConfig) -> LoopState:
     """Restore from a checkpoint, join the job's kvstore, make the trainer: ready to train."""
-    net, ctxs, seed = cfg.net, cfg.ctxs, cfg.seed
-    ckpt = _restore(cfg, resume)
-    if ckpt is not None:
-        seed = ckpt.state.seed
+    args, ctxs = cfg.args, cfg.ctxs
+    ckpt = _restore(cfg)
+    seed = ckpt.state.seed if ckpt is not None else args.seed
     kv = kvs.create(cfg.mode, len(ctxs)) if cfg.mode is not None else None
     distributed = cfg.mode is not None and cfg.mode.distributed
     rank, workers = (kv.rank, kv.num_workers) if distributed else (0, 1)
     if seed is None:
-        seed = _job_seed() if distributed else random.SystemRandom().randrange(2 ** 31)
+        seed = _job_seed() if distributed else random.SystemRandom().randrange(SEEDS)
     start = ckpt.epoch + 1 if ckpt is not None else 0
-    trainer = kvs.make_trainer(net.collect_params(), cfg.optimizer, cfg.opt_params or None,
-                               kv, len(ctxs), cfg.batch_size * cfg.accumulate)
-    step = kvs.TrainStep(trainer, kv, ctxs, cfg.batch_size, cfg.clip, cfg.accumulate)
+    trainer = kvs.make_trainer(args.net.collect_params(), cfg.optimizer, cfg.opt_params or None,
+                               kv, len(ctxs), cfg.batch_size * args.accumulate)
+    step = kvs.TrainStep(trainer, kv, ctxs, cfg.batch_size, cfg.clip, args.accumulate)
     if step.agree:
         _agree(cfg, start)
-    callbacks = _callback_list(cfg, progress)
+    callbacks = _callback_list(cfg)
     sampler = kvs.ShardedBatchSampler(len(cfg.train), cfg.batch_size, workers, rank, seed=seed,
                                       last_batch=cfg.train.last_batch)
-    run = Run(net=net, trainer=trainer, history=callbacks.first(History), callbacks=callbacks,
-              epochs=cfg.epochs, start=start, steps=len(sampler), rank=rank,
-              num_workers=workers, seed=seed, mode=cfg.mode, _step=step, _sampler=sampler,
-              _config=cfg, _terminate_on_nan=terminate_on_nan)
+    run = Run(net=args.net, trainer=trainer, history=callbacks.first(History),
+              callbacks=callbacks, epochs=args.epochs, start=start, steps=len(sampler),
+              rank=rank, num_workers=workers, seed=seed, mode=cfg.mode)
     if ckpt is not None:
         checkpoint.restore_trainer(ckpt, trainer)
         ckpt.state.apply(run, ckpt.callback_arrays)
-    return run
+    return LoopState(config=cfg, run=run, step=step, sampler=sampler)
 
 
 def _agree(cfg: FitConfig, start: int) -> None:
@@ -96,8 +103,8 @@ def _agree(cfg: FitConfig, start: int) -> None:
         raise ValueError(f"the workers hold different data ({differ}); {SHARD_HINT}")
     last = {"keep": 0, "discard": 1}
     differ = differences({"batch_size": cfg.batch_size, "val batch size": cfg.val_batch,
-                          "epochs": cfg.epochs, "accumulate": cfg.accumulate,
-                          "seed (-1: none)": -1 if cfg.seed is None else cfg.seed,
+                          "epochs": cfg.args.epochs, "accumulate": cfg.args.accumulate,
+                          "seed (-1: none)": -1 if cfg.args.seed is None else cfg.args.seed,
                           "last_batch (0: keep, 1: discard)": last[cfg.train.last_batch],
                           "val last_batch (0: keep, 1: discard)":
                               last[cfg.val.last_batch] if cfg.val is not None else -1,
@@ -128,34 +135,34 @@ def _settings_digest(cfg: FitConfig) -> int:
     return zlib.crc32(text.encode()) % (1 << 24)
 
 
-def _restore(cfg: FitConfig, resume: bool) -> Optional[checkpoint.Checkpoint]:
+def _restore(cfg: FitConfig) -> Optional[checkpoint.Checkpoint]:
     """Load the newest checkpoint of this run into the net (every worker reads it)."""
     directory = cfg.checkpoint_dir
     if directory is None:
         return None
-    if not resume:
+    if not cfg.args.resume:
         if kvs.rank() == 0:
             checkpoint.start_fresh(directory)
         return None
     ckpt = checkpoint.load_latest(directory)
     if ckpt is None:
         return None
-    if ckpt.state.signature != checkpoint.signature(cfg.net):
+    if ckpt.state.signature != checkpoint.signature(cfg.args.net):
         raise ValueError(f"checkpoint_dir {directory} holds a checkpoint of a different model "
                          f"({ckpt.path.name}); pass a directory of its own, or resume=False to "
                          "start a fresh run there (the old checkpoints are then never resumed)")
-    checkpoint.restore_net(ckpt, cfg.net)
+    checkpoint.restore_net(ckpt, cfg.args.net)
     return ckpt
 
 
-def _callback_list(cfg: FitConfig, progress) -> CallbackList:
+def _callback_list(cfg: FitConfig) -> CallbackList:
     """The user's callbacks with fit's own around them, unless the user passed their kind:
     the bar or log line first, then the user's, the stop agreement (a job's workers agree on
     the user's stop requests), History, the heartbeat, the checkpoint last (so it records what
     every other callback did this epoch)."""
     mine = [cb for cb in cfg.callbacks if not isinstance(cb, Checkpointer)]
     has = lambda kind: any(isinstance(cb, kind) for cb in mine)
-    before, after = [], [StopAgreement()]
+    before, after, progress = [], [StopAgreement()], cfg.args.progress
     if not has(ProgressBar) and not has(EpochLogger):
         before.append(ProgressBar() if (progress if progress is not None else _interactive())
                       else EpochLogger())
@@ -172,7 +179,7 @@ def _callback_list(cfg: FitConfig, progress) -> CallbackList:
 def _job_seed() -> int:
     """A seed every worker of this job derives alike (it differs from job to job)."""
     job = f"{os.environ.get(envvars.DMLC_PS_ROOT_URI)}:{os.environ.get(envvars.DMLC_PS_ROOT_PORT)}"
-    return int(hashlib.sha256(job.encode()).hexdigest()[:8], 16) % (2 ** 31)
+    return int(hashlib.sha256(job.encode()).hexdigest()[:8], 16) % SEEDS
 
 
 def _interactive() -> bool:
