@@ -1,7 +1,9 @@
 """Callbacks: the hooks and their order, stops, EarlyStopping, best weights and
 SaveBest, and what every callback gets when fit raises."""
 import os
+import re
 import threading
+from dataclasses import fields
 
 import mxnet as mx
 import pytest
@@ -59,6 +61,29 @@ def test_a_callback_stops_training_at_the_end_of_the_epoch(small):
     h = gluondist.fit(mlp(), small[0], epochs=5, batch_size=40, callbacks=[rec])
     assert len(h.history["loss"]) == 1
     assert [e for e in rec.events if e.startswith("batch")] == [f"batch {i} 40" for i in range(10)]
+
+
+def test_the_run_callbacks_see_is_what_the_callback_docs_describe(small):
+    """Every attribute Callback's docstring names, and nothing else: fit's loop keeps its own
+    state (the checked call, the step, the sampler) out of the Run."""
+    from gluondist.training.run import Run
+    documented = set(re.findall(r"``run\.(\w+)``", Callback.__doc__))
+    public = {n for n in dir(Run) if not n.startswith("_")} | {f.name for f in fields(Run)}
+    assert documented == public
+    seen = {}
+
+    class Look(Callback):
+        def on_train_begin(self, run):
+            seen.update({name: getattr(run, name) for name in public}, attrs=set(vars(run)))
+    net = mlp()
+    h = gluondist.fit(net, small[0], epochs=1, seed=3, callbacks=[Look()])
+    assert seen["attrs"] == {f.name for f in fields(Run)}  # no loop state on the instance
+    assert seen["net"] is net and isinstance(seen["trainer"], mx.gluon.Trainer)
+    assert seen["history"] is h and seen["callbacks"].first(Look) is not None
+    assert (seen["epochs"], seen["start"], seen["epoch"], seen["steps"], seen["seed"]) == \
+        (1, 0, 0, 13, 3)  # 400 samples in batches of 32
+    assert (seen["rank"], seen["num_workers"], seen["mode"], seen["agree"],
+            seen["updates_on_servers"], seen["stop_training"]) == (0, 1, None, False, False, False)
 
 
 @pytest.mark.parametrize("monitor,mode,values,stops_after", [
