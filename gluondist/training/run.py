@@ -162,15 +162,15 @@ def _callback_list(cfg: FitConfig) -> CallbackList:
     every other callback did this epoch)."""
     mine = [cb for cb in cfg.callbacks if not isinstance(cb, Checkpointer)]
     has = lambda kind: any(isinstance(cb, kind) for cb in mine)
-    before, after, progress = [], [StopAgreement()], cfg.args.progress
+    before, after = [], [StopAgreement()]
     if not has(ProgressBar) and not has(EpochLogger):
-        before.append(ProgressBar() if (progress if progress is not None else _interactive())
-                      else EpochLogger())
+        bar = cfg.args.progress if cfg.args.progress is not None else _interactive()
+        before.append(ProgressBar() if bar else EpochLogger())
     if not has(History):
         after.append(History())
     if not has(Heartbeat):
         after.append(Heartbeat())
-    if cfg.checkpoint_dir is not None:  # the user's (see _checkpoint_dir), or fit's own
+    if cfg.checkpoint_dir is not None:  # the user's (see checkpoint_dir_of), or fit's own
         after.append(next((cb for cb in cfg.callbacks if isinstance(cb, Checkpointer)),
                           None) or Checkpointer(cfg.checkpoint_dir))
     return CallbackList(before + mine + after)
