@@ -166,9 +166,9 @@ def test_sigterm_reaches_a_process_that_left_the_roles_group(tmp_path):
     # must end every process of the role's session, not just its process group.
     script = tmp_path / "escape.py"
     script.write_text(
-        "import subprocess, sys, time\n"
+        "import os, subprocess, sys, time\n"
         "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
-        " process_group=0)\n"
+        " preexec_fn=os.setpgrp)\n"
         f"open({str(tmp_path / 'pid')!r}, 'w').write(str(p.pid))\n"
         "time.sleep(600)\n")
     env = {**os.environ, "JOB_COMPLETION_INDEX": "2"}

@@ -184,10 +184,12 @@ def pickle_loads_in(path):
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
                 and node.value.id in aliases and node.attr in ("load", "loads", "Unpickler"):
             found.append(node.lineno)
-        elif isinstance(node, ast.keyword) and node.arg == "allow_pickle" \
-                and not (isinstance(node.value, ast.Constant) and node.value.value is False):
+        elif isinstance(node, ast.Call) and any(  # the call's line: a keyword has none on 3.8
+                k.arg == "allow_pickle" and not (isinstance(k.value, ast.Constant)
+                                                 and k.value.value is False)
+                for k in node.keywords):
             found.append(node.lineno)
-    return found
+    return sorted(found)
 
 
 def test_nothing_in_gluondist_loads_a_pickle_but_the_restricted_unpickler():

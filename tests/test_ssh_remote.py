@@ -14,7 +14,7 @@ from gluondist.launcher.child.proctree import STOP_GRACE
 # a command that leaves a grandchild in a process group of its own, and prints both pids
 TREE = ("import os, subprocess, sys, time; "
         "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
-        "process_group=0); print(os.getpid(), g.pid, flush=True); time.sleep(600)")
+        "preexec_fn=os.setpgrp); print(os.getpid(), g.pid, flush=True); time.sleep(600)")
 
 
 def start(job, tmp_path, env=None):
