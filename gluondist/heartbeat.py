@@ -13,7 +13,7 @@ import os
 import threading
 import time
 
-from . import envvars
+from . import envvars, wire
 
 INTERVAL = 0.5  # seconds between reports; the launcher's view of a worker lags by at most this
 
@@ -42,7 +42,7 @@ class _Reporter:
             count = self.count
             if count != sent:
                 try:
-                    os.write(self.fd, f"gluondist-progress {count}\n".encode())
+                    os.write(self.fd, (wire.encode(wire.Progress(count)) + "\n").encode())
                     sent = count
                 except BlockingIOError:
                     pass  # the launcher is behind: the next report carries the total

@@ -4,6 +4,7 @@ import uuid
 
 import pytest
 
+from gluondist import wire
 from gluondist.bench import kvstore as bench
 from gluondist.bench.model import Layout
 
@@ -75,7 +76,7 @@ def test_rows_on_one_host_are_predicted_to_take_the_first_rows_time():
 
 
 def test_worker_zeros_result_line_is_found():
-    line = bench.PREFIX + json.dumps({"step_s": 0.1, "bytes": 8})
+    line = wire.encode(wire.Bench({"step_s": 0.1, "bytes": 8}))
     assert bench.parse(["noise", line])["step_s"] == 0.1
     assert bench.parse(["noise"]) is None
 

@@ -12,16 +12,14 @@ efficiency is measured against.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
-from .. import envvars as ev
+from .. import envvars as ev, wire
 from ..kv.chunks import chunk_bounds
 from .model import DEFAULT_BIGARRAY_BOUND, Layout, calibrate, key_parts, link_bytes, predict
 
-PREFIX = "gluondist-bench "
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 WITHIN = 0.10  # a recommendation is the fewest servers within this of the best step time
 
@@ -123,8 +121,9 @@ def advice(row: Row) -> str:
 def parse(lines: Sequence[str]) -> Optional[dict]:
     """Worker 0's result line among a job's output lines."""
     for line in lines:
-        if line.startswith(PREFIX):
-            return json.loads(line[len(PREFIX):])
+        message = wire.decode(line)
+        if isinstance(message, wire.Bench):
+            return message.figures
     return None
 
 
@@ -150,11 +149,12 @@ def _check_all(jobs, base_env: Mapping[str, str]) -> None:
     """Every job's options, and over ssh every host, checked before the first job runs: a
     mistake in the last layout must not cost the rows before it."""
     from ..launcher.session import resolve
+    from ..launcher.transports import backend
     resolved = [resolve(options, base_env) for options in jobs]
-    if resolved and resolved[0].launcher == "ssh":
-        from ..launcher.transports.ssh import preflight
-        names = list(dict.fromkeys(h.name for r in resolved for h in r.all_hosts))
-        preflight(names, resolved[0].python, resolved[0].ssh_config)
+    if resolved:  # every host of every job, each once, in the order the jobs name them
+        hosts = tuple(dict.fromkeys(h for r in resolved for h in r.all_hosts))
+        backend(resolved[0].launcher).preflight(
+            dataclasses.replace(resolved[0], hosts=hosts, server_hosts=()))
 
 
 def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: int,

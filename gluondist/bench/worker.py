@@ -4,18 +4,17 @@ Trains nothing, but communicates exactly as ``fit`` does: MBYTES of float32 para
 arrays (a model's layers) behind a ``make_trainer`` trainer, whose ``allreduce_grads`` pushes and
 pulls every gradient each step, in chunks of CHUNK_BYTES (one measurement per value given,
 each with a trainer of its own; 0 sends each array whole). First a raw TCP probe between two
-of the job's hosts measures the link (probe.py). Worker 0 prints one line
+of the job's hosts measures the link (probe.py). Worker 0 prints one line (gluondist.wire.Bench)
 ``gluondist-bench {...}``: the step time of each measurement (the slowest worker's) and the
 probe's rate.
 """
-import json
 import sys
 import time
 
 # absolute imports: the launcher runs this file by its path, as a script
-from gluondist import kvstore
+from gluondist import kvstore, wire
 from gluondist._mx import mx
-from gluondist.bench.kvstore import PREFIX, key_sizes
+from gluondist.bench.kvstore import key_sizes
 from gluondist.bench.probe import probe
 
 WARMUP = 3
@@ -47,9 +46,8 @@ def main(mbytes: float, keys: int, steps: int, chunks) -> None:
     rate = probe(min(max(nbytes, PROBE_BYTES[0]), PROBE_BYTES[1]))
     step_s = [measure(sizes, steps, c) for c in chunks]
     if kvstore.rank() == 0:
-        print(PREFIX + json.dumps({"step_s": step_s, "chunk_bytes": chunks,
-                                              "bytes": nbytes, "tcp_bytes_per_s": rate}),
-              flush=True)
+        print(wire.encode(wire.Bench({"step_s": step_s, "chunk_bytes": chunks,
+                                      "bytes": nbytes, "tcp_bytes_per_s": rate})), flush=True)
 
 
 if __name__ == "__main__":

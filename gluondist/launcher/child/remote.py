@@ -36,12 +36,12 @@ import time
 from typing import Optional
 
 from ... import __version__
-from ... import envvars as ev
+from ... import envvars as ev, wire
 from . import REMOTE
-from .proctree import STACK_SIGNAL, exit_status, session_cpu, signal_tree, stop_tree
+from .proctree import (STACK_SIGNAL, exit_status, session_cpu, signal_exit, signal_tree,
+                       stop_tree)
 
 PROTOCOL = 1
-EXIT = "gluondist-exit"
 WATCH_TICK = 0.2  # seconds between looks at the launcher's silence (its keepalives: 3 s)
 CPU_EVERY = 1.0  # seconds between the tree's CPU reports (what the stall watch samples)
 
@@ -122,7 +122,7 @@ class Remote:
         while self.child.poll() is None:
             total = session_cpu(self.child.pid)
             if total is not None:
-                say(f"gluondist-cpu {total:.2f}")
+                say(wire.encode(wire.Cpu(total)))
             time.sleep(CPU_EVERY)
 
     def wait(self) -> int:
@@ -133,11 +133,13 @@ class Remote:
             # exit grace must still come first in the report, by its record's time
             try:
                 with open(self.error_file) as f:
-                    say("gluondist-error " + json.dumps(json.load(f)))
+                    record = json.load(f)
+                if isinstance(record, dict):
+                    say(wire.encode(wire.Error(record)))
             except (OSError, ValueError):
                 pass
             shutil.rmtree(os.path.dirname(self.error_file), ignore_errors=True)
-        return 128 + signal.SIGTERM if self.stopping.is_set() else exit_status(code)
+        return signal_exit(signal.SIGTERM) if self.stopping.is_set() else exit_status(code)
 
 
 def run(job: dict, stdin) -> int:
@@ -181,7 +183,7 @@ def main(argv=None) -> int:
         code = 2
     else:
         code = run(job, stdin)
-    say(f"{EXIT} {code}")
+    say(wire.encode(wire.Exit(code)))
     return code
 
 
