@@ -9,6 +9,7 @@ import sys
 import click
 
 from .kv.kinds import DIST_KINDS
+from .launcher.child.proctree import signal_exit
 from .launcher.errors import LaunchError, Stopped, StopRequest
 from .launcher.options import LaunchOptions, flags
 from .launcher.plan import LaunchPlan
@@ -110,7 +111,7 @@ def _supervised(run):
         return run(stop)
     except KeyboardInterrupt:
         _say("interrupted (SIGINT): stopped every process of the job")
-        sys.exit(130)
+        sys.exit(signal_exit(signal.SIGINT))
     except Stopped as exc:
         what = f"left {', '.join(exc.left)} behind" if exc.left else \
             "stopped every process of the job"
@@ -119,7 +120,7 @@ def _supervised(run):
                      "after the launcher's last word)")
         how = "interrupted" if exc.signum == signal.SIGINT else "terminated"
         _say(f"{how} ({signal.Signals(exc.signum).name}): {what}")
-        sys.exit(128 + exc.signum)
+        sys.exit(signal_exit(exc.signum))
 
 
 @cli.group()
@@ -225,11 +226,12 @@ def _env_pairs(pairs) -> dict:
 
 def _print_plan(plan: LaunchPlan, options: LaunchOptions) -> None:
     from .launcher.process import added_at_start
+    from .launcher.transports import backend
     for spec in plan.specs:
         click.echo(f"{spec.label} on {spec.host}: {shlex.join(spec.argv)}")
         for key, value in spec.env.items():
             click.echo(f"    {key}={_quoted(value)}")
-        for key, what in added_at_start(spec, options.launcher,
+        for key, what in added_at_start(spec, backend(options.launcher),
                                         options.stall_timeout is not None).items():
             click.echo(f"    {key}={what}")
 
@@ -316,7 +318,7 @@ def main(argv=None) -> None:
         sys.exit(2)
     except click.exceptions.Abort:
         _say("aborted")
-        sys.exit(130)
+        sys.exit(signal_exit(signal.SIGINT))
     except click.ClickException as exc:
         _say(f"error: {exc.format_message()}")
         sys.exit(exc.exit_code)

@@ -187,14 +187,14 @@ def test_dry_run_shows_the_servers_on_their_hosts(tmp_path):
 
 
 def test_a_lost_hosts_roles_are_named_once_and_the_report_says_what_lost_can_mean():
-    from gluondist.launcher.monitor import LOST_EXIT, Failure, LaunchResult
+    from gluondist.launcher.outcome import Attempt, Failure, Kind, LaunchResult
     from gluondist.launcher.plan import LaunchPlan, ProcessSpec
     from gluondist.launcher.report import final_lines
     specs = tuple(ProcessSpec(role, rank, host, ("x",), {}) for role, rank, host in (
         ("scheduler", 0, "a"), ("server", 0, "a"), ("worker", 0, "b"), ("worker", 1, "a")))
-    lost = Failure("worker 1", "lost the connection to host a", host="a", lost=True)
-    result = LaunchResult(LOST_EXIT, lost, stopped=["scheduler", "worker 0"],
-                          plan=LaunchPlan(9000, specs))
+    lost = Failure(Kind.LOST_HOST, "lost the connection to host a", "worker 1", host="a")
+    result = LaunchResult((Attempt(LaunchPlan(9000, specs), lost,
+                                   stopped=("scheduler", "worker 0")),))
     lines = final_lines(result)
     assert lines[0] == ("gluondist: lost the connection to host a, where scheduler, server 0, "
                         "worker 1 ran")

@@ -239,7 +239,8 @@ def test_a_taken_scheduler_port_is_retried_on_another(tmp_path):
         finally:
             os.chdir(cwd)
             stray = kill_tagged(tag)
-    assert (result.exit_code, result.attempts) == (0, 2), result.failure
+    assert (result.exit_code, len(result.attempts)) == (0, 2), result.failure
+    assert result.attempts[0].failure.reason.startswith("its port was taken (exit code 98")
     assert (tmp_path / "0.done").exists()
     assert stray == []
 

@@ -9,7 +9,7 @@ from conftest import ROOT
 PACKAGE = ROOT / "gluondist"
 # the launcher's modules and what they share; kvstore/parallel/training are fit's
 LAUNCHER = ("gluondist.cli", "gluondist.heartbeat", "gluondist.kv.kinds",
-            "gluondist.envvars")
+            "gluondist.envvars", "gluondist.wire")
 
 
 def modules():
@@ -91,9 +91,10 @@ def test_what_workers_and_pods_import_first_is_standard_library():
 
 def test_code_that_runs_in_the_launchers_children_imports_only_its_own_layer():
     known = modules()
-    # a pod builds its role like the launcher does (roles.py); a server loads optimizers
+    # a pod builds its role like the launcher does (roles.py); a server loads optimizers;
+    # the side channel's messages and exit codes are defined once (wire.py)
     shared = {"gluondist", "gluondist.envvars", "gluondist.launcher.roles",
-              "gluondist.kv.safepickle"}
+              "gluondist.kv.safepickle", "gluondist.wire"}
     child = {m for m in known if m.startswith("gluondist.launcher.child")}
     reach = {m: imports(m, known[m], known) - child - shared for m in child}
     assert {m: found for m, found in reach.items() if found} == {}

@@ -17,7 +17,7 @@ import gluondist
 import netns
 from conftest import SCRIPTS, rel_diff, wait_until
 from gluondist.launcher.transports import ssh
-from gluondist.launcher.monitor import LOST_EXIT
+from gluondist.launcher.outcome import LOST_EXIT
 from test_fit_job import job_results, one_process, total
 
 pytestmark = pytest.mark.slow

@@ -212,7 +212,8 @@ def test_a_malicious_optimizer_runs_nothing_and_fails_the_job_naming_the_server(
     job = launch("-n", 2, "-s", 1, SCRIPTS / "server_attack.py", "pickle", tmp_path)
     assert job.wait() != 0
     assert not (tmp_path / "pwned").exists()
-    assert "server 0 failed first: exit code 1" in job.err, job.err
+    assert "server 0 failed first: refused a command (exit code 77)" in job.err, job.err
+    assert job.proc.returncode == 77
     assert "refused a command that would load posix.system" in job.err + job.out
     assert not list(tmp_path.glob("*.done"))
     assert job.leftovers() == []

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Sequence, Tuple, Union
 
-from .monitor import LaunchResult
+from .outcome import LaunchResult
 from .options import LaunchOptions
 from .session import launch_job, terminal
 

@@ -12,8 +12,7 @@ from .. import envvars as ev
 from ..kv.kinds import DIST_KINDS
 from .errors import LaunchError
 from .hosts import Host, place
-
-LAUNCHERS = ("local", "ssh", "slurm")
+from .transports import backend
 
 
 @dataclass(frozen=True)
@@ -169,33 +168,14 @@ class LaunchOptions:
         if self.threads is not None:
             check_whole("--threads", self.threads, 1)
         check_env(self.env)
-        if self.interface is not None and self.launcher == "local":
-            raise LaunchError("--interface is for multi-host jobs (--launcher ssh or slurm); "
-                              "a local job binds 127.0.0.1")
-        if self.stall_timeout is not None:
-            if self.launcher == "slurm":
-                raise LaunchError("--stall-timeout works with --launcher local or ssh; Slurm "
-                                  "steps have no progress channel")
         if self.log_dir is not None:
             _check_log_dir(os.fspath(self.log_dir))
         return self
 
     def _check_placement(self) -> None:
-        """The launcher, its hosts and the server hosts fit together, and the roles fit on
-        them."""
-        if self.launcher not in LAUNCHERS:
-            raise LaunchError(f"unknown launcher {self.launcher!r}; use one of "
-                              f"{', '.join(LAUNCHERS)}")
-        if self.launcher == "ssh" and not self.hosts:
-            raise LaunchError("--launcher ssh needs hosts: -H hostfile or -H host1:2,host2:2")
-        if self.launcher == "local" and self.hosts:
-            raise LaunchError("-H places processes on other hosts: add --launcher ssh")
-        if self.launcher == "slurm" and not self.hosts:
-            raise LaunchError("--launcher slurm runs inside a Slurm allocation (sbatch or "
-                              "salloc); none found (SLURM_JOB_ID is unset)")
-        if self.server_hosts and self.launcher != "ssh":
-            raise LaunchError("--server-hosts puts the servers on hosts of their own, which "
-                              "needs --launcher ssh (and -H for the workers)")
+        """The launcher (its backend's own checks), its hosts and the server hosts fit
+        together, and the roles fit on them."""
+        backend(self.launcher).check(self)
         if self.hosts:
             self.placement()
 

@@ -5,16 +5,14 @@ a Ctrl-C at the terminal reaches only the launcher. A small reaper process (chil
 the other end of a pipe from the launcher: if the launcher dies, even by SIGKILL, the pipe
 closes and the reaper kills every group it was told about.
 
-A worker can also have a side channel, a stream of lines ``gluondist-progress N`` (batches
-finished, from gluondist.heartbeat), ``gluondist-cpu S`` (its process tree's CPU seconds, from
-the ssh remote side), ``gluondist-error JSON`` (its error record, from the ssh remote side) and
-``gluondist-exit N`` (its exit status, from the ssh remote side). Locally it is a pipe whose
-write end the worker inherits; over ssh it is the session's stderr, which every role has.
+A worker can also have a side channel of gluondist.wire messages: its progress (from
+gluondist.heartbeat) and, over ssh, its tree's CPU time, its error record and its exit status
+(from the remote side). Locally it is a pipe whose write end the worker inherits; over ssh it
+is the session's stderr, which every role has.
 """
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import os
 import shutil
@@ -27,14 +25,16 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Deque, List, Optional, Sequence, Tuple
 
-from .. import envvars as ev
+from .. import envvars as ev, wire
 from . import child
 from .child import errorfile
 from .child.proctree import STOP_GRACE, process_state, session_pids, signal_tree
 from .errors import LaunchError
+from .outcome import ProcessEnd, Teardown, Unreaped
 from .plan import ProcessSpec
+from .pslite import is_pslite_chatter
 from .roles import runs_bootstrap
-from .transports import Transport
+from .transports import Backend, Transport
 from .transports.local import LocalTransport
 
 TAIL_LINES = 40  # a failed process's last lines kept for the report: its traceback, whole
@@ -43,16 +43,14 @@ WAIT_TICK = 0.02  # seconds between looks at a start or teardown that must not b
 READER_WAIT = 2.0  # at most this long for a reaped process's last output lines to be read
 log = logging.getLogger(__name__)
 
-SIDE = "gluondist-"
 
-
-def added_at_start(spec: ProcessSpec, launcher: str, progress: bool) -> dict:
+def added_at_start(spec: ProcessSpec, backend: Backend, progress: bool) -> dict:
     """What a process gets on top of its spec's environment when it is started, as
     descriptions (the values exist only then): a worker's error file and progress pipe."""
     added = {}
-    where = {"local": "the launcher's", "ssh": "the remote side's"}  # Slurm relays no record
-    if spec.role == "worker" and launcher in where:
-        added[ev.GLUONDIST_ERROR_FILE] = f"<a file in {where[launcher]} temporary directory>"
+    if spec.role == "worker" and backend.error_file_home:
+        added[ev.GLUONDIST_ERROR_FILE] = \
+            f"<a file in {backend.error_file_home} temporary directory>"
     if spec.role == "worker" and progress:
         added[ev.GLUONDIST_PROGRESS_FD] = "<a pipe's write end, for the heartbeats>"
     return added
@@ -98,7 +96,9 @@ class Child:
         # messages) is output like the rest; on stdout nothing is taken for ours.
         for raw in iter(stream.readline, b""):
             line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-            if side and line.startswith(SIDE) and self._side(line):
+            message = wire.decode(line) if side else None
+            if message is not None:
+                self._side(message)
                 continue
             with self._lock:  # two readers (output, side channel) share the log and the tail
                 self._output(raw, line)
@@ -124,24 +124,16 @@ class Child:
                     log.warning("showing a line of %s failed; the next ones are still read",
                                 self.spec.label, exc_info=True)
 
-    def _side(self, line: str) -> bool:
-        kind, _, value = line[len(SIDE):].partition(" ")
-        try:
-            if kind == "progress":
-                count = int(value)
-                if count != self.batches:
-                    self.batches, self.batches_at = count, time.monotonic()
-            elif kind == "cpu":
-                self.cpu = float(value)
-            elif kind == "error":
-                self.error = json.loads(value)
-            elif kind == "exit":
-                self.exit_report = int(value)
-            else:
-                return False
-        except ValueError:
-            return False
-        return True
+    def _side(self, message: wire.Message) -> None:
+        if isinstance(message, wire.Progress):
+            if message.batches != self.batches:
+                self.batches, self.batches_at = message.batches, time.monotonic()
+        elif isinstance(message, wire.Cpu):
+            self.cpu = message.seconds
+        elif isinstance(message, wire.Error):
+            self.error = message.record
+        elif isinstance(message, wire.Exit):
+            self.exit_report = message.status
 
     def error_record(self) -> Optional[dict]:
         if self.error is None and self.error_file:
@@ -166,7 +158,7 @@ class ProcessGroup:
         self._reaper: Optional[subprocess.Popen] = None
         self._logs = []
         self._errors_dir: Optional[str] = None
-        self.unreaped: List[Tuple[str, int, str]] = []  # alive after SIGKILL: label, pid, state
+        self.unreaped: List[Unreaped] = []  # alive after SIGKILL
         self.stopped: List[ProcessSpec] = []  # what close() had to stop
 
     def start(self) -> None:
@@ -230,13 +222,25 @@ class ProcessGroup:
         self.transport.request_stack(child.proc)
         return True
 
-    def close(self, timeout: float = STOP_GRACE) -> List[ProcessSpec]:
+    def close(self, timeout: float = STOP_GRACE) -> Teardown:
         """Stop what still runs: SIGTERM to each tree, one shared deadline, then SIGKILL.
-        Returns the specs that had to be stopped. Safe to call more than once. Interrupts
-        meanwhile do not cut it short: the first one skips the rest of the deadline, and is
-        raised once every process is stopped and every file closed."""
+        Returns what the teardown did (also kept in ``stopped`` and ``unreaped``, for when an
+        interrupt is raised instead). Safe to call more than once. Interrupts meanwhile do
+        not cut it short: the first one skips the rest of the deadline, and is raised once
+        every process is stopped and every file closed."""
         hurry = threading.Event()
-        return to_the_end(lambda: self._close(timeout, hurry), hurry)
+        to_the_end(lambda: self._close(timeout, hurry), hurry)
+        return Teardown(tuple(s.label for s in self.stopped), tuple(self.unreaped))
+
+    def ends(self) -> Tuple[ProcessEnd, ...]:
+        """What each process left, once the group is closed (its side channel read to the
+        end, its error file read)."""
+        return tuple(ProcessEnd(
+            c.spec.label, c.spec.role, c.spec.host,
+            c.exited.returncode if c.exited else None, c.exited.wall if c.exited else 0.0,
+            tuple(l for l in c.tail if l.strip() and not is_pslite_chatter(l)),
+            c.error_record(), bool(c.exited) and self.transport.lost(c))
+            for c in self.children)
 
     def _close(self, timeout: float, hurry: threading.Event) -> List[ProcessSpec]:
         stopped = [c.spec for c in self.running()]
@@ -272,9 +276,9 @@ class ProcessGroup:
         deadline = time.monotonic() + REAP_WAIT
         for child in self.children:
             if _wait(child.proc, deadline - time.monotonic()) is None and \
-                    all(child.spec.label != u[0] for u in self.unreaped):
-                self.unreaped.append((child.spec.label, child.proc.pid,
-                                      process_state(child.proc.pid)))
+                    all(child.spec.label != u.label for u in self.unreaped):
+                self.unreaped.append(Unreaped(child.spec.label, child.proc.pid,
+                                              process_state(child.proc.pid)))
         # what the children left in their sessions got the SIGKILL too: see it gone
         while time.monotonic() < deadline and any(session_pids(c.proc.pid)
                                                   for c in self.children):

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import re
-from typing import List
+from typing import List, Union
 
 from .child import BOOTSTRAP, source_path
-from .monitor import LOST_EXIT, Failure, LaunchResult
-from .stall import STALL_EXIT
+from .outcome import Attempt, Failure, Kind, LaunchResult
+
+Result = Union[Attempt, LaunchResult]  # an attempt, or the job (its last attempt's figures)
 
 P = "gluondist: "
 INDENT = "    "
@@ -15,11 +16,11 @@ LOST_HINT = ("ssh gave up on that session without the remote side's exit report:
              "killed there (the OOM killer, kill -9)")
 
 
-def _where(f: Failure, result: LaunchResult) -> str:
+def _where(f: Failure, result: Result) -> str:
     return f" on {f.host}" if f.host and result.plan and result.plan.spans_hosts else ""
 
 
-def failure_lines(result: LaunchResult, lead: str = "") -> List[str]:
+def failure_lines(result: Result, lead: str = "") -> List[str]:
     """The root cause first (its traceback, else its last lines), any stall's stacks, the later
     failures in one line each, then what the teardown stopped. No exit code: a restart uses
     this too, and must not read like the end."""
@@ -28,7 +29,7 @@ def failure_lines(result: LaunchResult, lead: str = "") -> List[str]:
         return []
     if f.lost:
         lines = [f"{P}{lead}{f.reason}, where {_roles_on(f.host, result)} ran", P + LOST_HINT]
-    elif f.label == "job":
+    elif f.kind.of_job:
         lines = [f"{P}{lead}{f.reason}"]
     else:
         lines = [f"{P}{lead}{f.label}{_where(f, result)} failed first: {f.reason}"]
@@ -52,12 +53,12 @@ def failure_lines(result: LaunchResult, lead: str = "") -> List[str]:
     return lines
 
 
-def _roles_on(host: str, result: LaunchResult) -> str:
+def _roles_on(host: str, result: Result) -> str:
     labels = [s.label for s in result.plan.specs if s.host == host] if result.plan else []
     return ", ".join(labels) or "nothing"
 
 
-def _stall_lines(result: LaunchResult) -> List[str]:
+def _stall_lines(result: Result) -> List[str]:
     stall = result.stall
     if stall.first_known:
         lines = [f"{P}stopped progressing first: {stall.workers[0]}"]
@@ -91,10 +92,7 @@ def final_lines(result: LaunchResult) -> List[str]:
     return failure_lines(result) + used + [exit_line(result)]
 
 
-def exit_line(result: LaunchResult) -> str:
-    code = f"exit code {result.exit_code}"
-    if result.exit_code == STALL_EXIT and result.stall is not None:
-        code += " (stalled)"
-    if result.exit_code == LOST_EXIT and result.failure is not None and result.failure.lost:
-        code += " (lost a host)"
-    return P + code
+def exit_line(result: Result) -> str:
+    kind = result.failure.kind if result.failure is not None else None
+    named = {Kind.STALL: " (stalled)", Kind.LOST_HOST: " (lost a host)"}.get(kind, "")
+    return f"{P}exit code {result.exit_code}{named}"

@@ -1,8 +1,11 @@
 """The one launch path: ``gluondist launch`` and ``gluondist.launch()`` both end here.
 
-``launch_job`` resolves the options (Slurm discovery, hostfiles, a GPU check), validates them
-once, picks the transport (with the ssh preflight), creates the log directory, then runs each
-attempt on fresh ports: plan, process group, monitor, teardown, report. It shows what a person
+``launch_job`` resolves the options (hostfiles, the backend's host discovery and checks),
+validates them once, makes the backend's transport (ssh preflights every host), creates the log
+directory, then runs attempts on fresh ports, each a pipeline of values: plan, process group,
+``watch`` (an Ending), teardown (a Teardown), ``diagnose`` (an Attempt), report; and
+``next_step`` decides from each attempt whether the job is done, retries its port or restarts.
+It shows what a person
 should see through ``show(text, note)`` (output lines prefixed ``[worker 1]``, with ps-lite's
 routine chatter filtered; notes and reports as ``gluondist: ...`` with ``note=True``) and hands
 every output line, filtered or not, to ``record(spec, line)``.
@@ -10,6 +13,7 @@ every output line, filtered or not, to ``record(spec, line)``.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 import socket
 import sys
@@ -20,17 +24,17 @@ from typing import Callable, Dict, List, Mapping, Optional
 from .. import envvars as ev
 from .errors import LaunchError, Stopped, StopRequest
 from .hosts import parse_hostfile, parse_inline
-from .monitor import (Joins, LaunchResult, is_pslite_chatter, rank_failures,
-                      scheduler_port_taken, watch)
+from .monitor import Joins, watch
 from .options import LaunchOptions
+from .outcome import Attempt, Ending, Kind, LaunchResult, diagnose
 from .plan import LaunchPlan, ProcessSpec, build_plan, user_value
 from .process import ProcessGroup
+from .pslite import is_pslite_chatter
 from .report import exit_line, failure_lines, final_lines
 from .roles import pslite_verbose
+from .transports import Backend, Show, backend as backend_of
 
 PORT_ATTEMPTS = 3  # the scheduler's free port can be taken before it binds: retry twice
-UNREACHABLE = ("ssh failed", "no answer")  # how ssh.check_host begins such a host's problem
-Show = Callable[[str, bool], None]
 
 
 def terminal() -> Show:
@@ -89,28 +93,11 @@ def resolve(options: LaunchOptions, base_env: Mapping[str, str]) -> LaunchOption
     if isinstance(options.server_hosts, str):  # likewise, HOST:N for N servers
         hosts, source = read_hosts(options.server_hosts, "--server-hosts")
         options = dataclasses.replace(options, server_hosts=hosts, server_hosts_source=source)
-    if options.launcher == "slurm":
-        if options.hosts:
-            raise LaunchError("--launcher slurm takes its hosts from the allocation; drop -H")
-        from .transports.slurm import allocation_hosts
-        options = dataclasses.replace(options, hosts=allocation_hosts(base_env),
-                                      hosts_source="the Slurm allocation")
+    backend = backend_of(options.launcher)
+    options = backend.discover(options, base_env)
     options.validate()
-    if options.launcher == "local" and options.gpus_per_worker:
-        need, have = options.gpus_per_worker * options.num_workers, local_gpus()
-        if need > have:
-            raise LaunchError(f"--gpus-per-worker {options.gpus_per_worker} for "
-                              f"{options.num_workers} worker(s) needs {need} GPU(s); this "
-                              f"machine has {have}; lower it or use hosts with GPUs")
+    backend.check_resources(options)
     return options
-
-
-def local_gpus() -> int:
-    """NVIDIA GPUs the driver lists (without importing MXNet or CUDA)."""
-    try:
-        return len(os.listdir("/proc/driver/nvidia/gpus"))
-    except OSError:
-        return 0
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> List[int]:
@@ -134,60 +121,76 @@ def launch_job(options: LaunchOptions, show: Show, keep_logs: bool = False,
                transport=None, ports=free_ports,
                stop: Optional[StopRequest] = None) -> LaunchResult:
     """Run the job to its end, restarting it up to ``options.max_restarts`` times, and return
-    the last attempt's result (its report already shown; with ``keep_logs`` its ``logs`` hold
-    every output line of each process, by label, restarts' after the failed attempts'; the
-    CLI does not keep them, so a long job's output never piles up in memory). Over ssh, each
-    restart runs on the hosts that pass the preflight again (see ``_reachable``). Raises
-    LaunchError for bad options before anything starts. ``stop`` (set by the CLI's signal
-    handlers) stops every process, says which, and raises Stopped; so does any exception (a
-    KeyboardInterrupt: a second one during the teardown does not cut it short), which then
-    propagates."""
+    its result, every attempt in it (the report already shown; with ``keep_logs`` its
+    ``logs`` hold every output line of each process, by label, restarts' after the failed
+    attempts'; the CLI does not keep them, so a long job's output never piles up in memory).
+    Before a restart the backend says which hosts can take it (ssh preflights them again).
+    Raises LaunchError for bad options before anything starts. ``stop`` (set by the CLI's
+    signal handlers) stops every process, says which, and raises Stopped; so does any
+    exception (a KeyboardInterrupt: a second one during the teardown does not cut it short),
+    which then propagates."""
     base_env = os.environ if base_env is None else base_env
     cores = cores or os.cpu_count() or 1
     options = resolve(options, base_env)
-    transport = _ready(options, base_env, transport, stop)
+    backend = backend_of(options.launcher)
+    transport = _ready(options, backend, base_env, transport, stop)
     shown = pslite_verbose(user_value(options, base_env, ev.PS_VERBOSE))[1]
     logs: Dict[str, List[str]] = {}
     on_line = _console(show, _keeper(logs) if keep_logs else None, hide_chatter=not shown)
-    restarts, port_retries, failures = 0, 0, []
+    attempts: List[Attempt] = []
     every_host = (options.hosts, options.server_hosts)
     while True:
         if stop:
             raise Stopped(stop.signum)
+        # every attempt so far failed: those not on a taken port were restarted from
+        restarts = sum(1 for a in attempts if a.failure.kind is not Kind.PORT_TAKEN)
         port, *node_ports = ports(options.num_processes, options.host)
         plan = build_plan(options, port, node_ports, cores, base_env, restarts)
-        if restarts == port_retries == 0:
+        if not attempts:
             for note in plan.notes:
                 show(f"gluondist: {note}", True)
-        result = _attempt(options, plan, on_line, transport, restarts, show, stop)
-        result = dataclasses.replace(result, attempts=1 + restarts + port_retries, plan=plan,
-                                     logs=logs)
-        if result.exit_code != 0 and scheduler_port_taken(result) \
-                and port_retries < PORT_ATTEMPTS - 1:
+        attempt = _attempt(options, plan, on_line, transport, restarts, show, stop)
+        attempts.append(attempt)
+        result = LaunchResult(tuple(attempts), logs)
+        step = next_step(result, options.max_restarts)
+        if step is Step.RETRY_PORT:
             show(f"gluondist: the scheduler's port {port} was taken; retrying on another", True)
-            port_retries += 1
             continue
-        if result.exit_code == 0 or restarts >= options.max_restarts:
-            result = dataclasses.replace(result, restarts=failures)
+        if step is Step.FINISH:
             for line in final_lines(result):
                 show(line, True)
             return result
-        restarts += 1
-        failures.append(result.failure)
-        for line in failure_lines(result, f"attempt {result.attempts} failed: "):
+        for line in failure_lines(attempt, f"attempt {len(attempts)} failed: "):
             show(line, True)
-        if options.launcher == "ssh":
-            options = _reachable(options, every_host, result.attempts + 1, show)
-            if options is None:
-                result = dataclasses.replace(result, restarts=failures[:-1])
-                show(exit_line(result), True)
-                return result
-        show(f"gluondist: restarting the job ({restarts} of {options.max_restarts})", True)
+        options = _restartable(options, backend, every_host, len(attempts) + 1, show)
+        if options is None:
+            show(exit_line(result), True)
+            return result
+        show(f"gluondist: restarting the job ({restarts + 1} of {options.max_restarts})", True)
 
 
-def _ready(options: LaunchOptions, base_env: Mapping[str, str], transport,
+class Step(enum.Enum):
+    FINISH = "finish"  # report the result and return it
+    RETRY_PORT = "retry on another port"  # the scheduler's port was taken: not a restart
+    RESTART = "restart"  # start the whole job again, on fresh ports
+
+
+def next_step(result: LaunchResult, max_restarts: int) -> Step:
+    """What the job does after its last attempt: the launcher's control loop, as one rule."""
+    failure = result.failure
+    if failure is None or failure.kind is Kind.STOPPED:
+        return Step.FINISH
+    if failure.kind is Kind.PORT_TAKEN:
+        retries = sum(1 for a in result.attempts[:-1]
+                      if a.failure is not None and a.failure.kind is Kind.PORT_TAKEN)
+        if retries < PORT_ATTEMPTS - 1:
+            return Step.RETRY_PORT
+    return Step.RESTART if len(result.restarts) < max_restarts else Step.FINISH
+
+
+def _ready(options: LaunchOptions, backend: Backend, base_env: Mapping[str, str], transport,
            stop: Optional[StopRequest]):
-    """The log directory made and the transport chosen (over ssh: every host preflighted)."""
+    """The log directory made and the transport made (over ssh: every host preflighted)."""
     if options.log_dir is not None:
         try:
             os.makedirs(options.log_dir, exist_ok=True)
@@ -195,31 +198,25 @@ def _ready(options: LaunchOptions, base_env: Mapping[str, str], transport,
             raise LaunchError(f"--log-dir {options.log_dir!r} cannot be created: "
                               f"{exc.strerror}") from None
     try:
-        return transport or _transport(options, base_env)
+        return transport or backend.transport(options, base_env)
     except LaunchError:
         if stop:  # Ctrl-C at the terminal also ends the preflight's ssh sessions
             raise Stopped(stop.signum) from None
         raise
 
 
-def _reachable(options: LaunchOptions, every_host, attempt: int,
-               show: Show) -> Optional[LaunchOptions]:
-    """Before a restart over ssh: ``every_host`` (the job's -H hosts and server hosts, as
-    first given) checked again (the preflight), those that fail it left out, each said so.
-    The options on the hosts left, or None (said why) when their slots no longer hold -n
-    workers, or the server hosts left no longer -s servers: neither is ever lowered (-n sets
-    the global batch)."""
-    from .transports.ssh import check_hosts
+def _restartable(options: LaunchOptions, backend: Backend, every_host, attempt: int,
+                 show: Show) -> Optional[LaunchOptions]:
+    """Before a restart: ``every_host`` (the job's -H hosts and server hosts, as first given)
+    as the backend finds them now (ssh leaves out those that fail its preflight, each said
+    so). The options on the hosts left, or None (said why) when their slots no longer hold
+    -n workers, or the server hosts left no longer -s servers: neither is ever lowered (-n
+    sets the global batch)."""
     hosts, server_hosts = every_host
-    names = list(dict.fromkeys(h.name for h in (*hosts, *server_hosts)))
-    problems = check_hosts(names, options.python, options.ssh_config)
-    for name, problem in problems.items():
-        what = "is unreachable" if problem.startswith(UNREACHABLE) else "fails its check"
-        show(f"gluondist: host {name} {what} ({problem}): left out of attempt {attempt}", True)
-    kept = tuple(h for h in hosts if h.name not in problems)
-    kept_servers = tuple(h for h in server_hosts if h.name not in problems)
+    kept, kept_servers = backend.reachable(hosts, server_hosts, options, attempt, show)
     for what, left, need, flag, fix in (
-            ("slot(s)", kept, options.num_workers, "-n", "it sets the global batch"),
+            ("slot(s)", kept if hosts else None, options.num_workers, "-n",
+             "it sets the global batch"),
             ("server slot(s)", kept_servers if server_hosts else None, options.num_servers,
              "-s", "the layout is yours to change")):
         if left is not None and sum(h.slots for h in left) < need:
@@ -230,42 +227,35 @@ def _reachable(options: LaunchOptions, every_host, attempt: int,
     return dataclasses.replace(options, hosts=kept, server_hosts=kept_servers)
 
 
-def _attempt(options, plan, on_line, transport, restarts, show, stop) -> LaunchResult:
+def _attempt(options, plan, on_line, transport, restarts, show, stop) -> Attempt:
+    """One attempt, start to teardown, diagnosed. A stop request is raised as Stopped once
+    every process is down."""
     joins = Joins(on_line)
     group = ProcessGroup(plan.specs, joins, options.log_dir, transport, restarts,
                          progress=options.stall_timeout is not None)
-    result = None
+    ending: Optional[Ending] = None
     try:
         group.start()
-        result = watch(plan, group, joins, options.start_timeout, options.stall_timeout, stop)
+        ending = watch(plan, group, joins, options.start_timeout, options.stall_timeout, stop)
     finally:
         try:
-            group.close()  # raises a second Ctrl-C once every process is down
+            teardown = group.close()  # raises a second Ctrl-C once every process is down
         finally:
-            stopped = group.stopped
-            for label, pid, state in group.unreaped:
-                show(f"gluondist: {label} (pid {pid}) did not die after SIGKILL, in state "
-                     f"{state} (D: uninterruptible sleep, often a hung file system); left "
-                     "behind", True)
-            if (result is None or result.signal) and stopped:  # an interrupt: what it stopped
-                show(f"gluondist: stopped {', '.join(s.label for s in stopped)}", True)
-    if result.signal:
-        raise Stopped(result.signal, [label for label, _, _ in group.unreaped],
-                      transport.silence)
-    return rank_failures(result, group, [s.label for s in stopped],
-                         [label for label, _, _ in group.unreaped])
+            _say_teardown(group.unreaped, group.stopped, ending, show)
+    attempt = diagnose(plan, ending, teardown, group.ends())
+    if attempt.signal:
+        raise Stopped(attempt.signal, attempt.unreaped, transport.silence)
+    return attempt
 
 
-def _transport(options: LaunchOptions, base_env: Mapping[str, str]):
-    if options.launcher == "ssh":
-        from .transports.ssh import SshTransport, preflight
-        preflight([h.name for h in options.all_hosts], options.python, options.ssh_config)
-        return SshTransport(options.python, base_env, os.getcwd(), options.ssh_config)
-    if options.launcher == "slurm":
-        from .transports.slurm import SrunTransport
-        return SrunTransport()
-    from .transports.local import LocalTransport
-    return LocalTransport()
+def _say_teardown(unreaped, stopped, ending: Optional[Ending], show: Show) -> None:
+    for u in unreaped:
+        show(f"gluondist: {u.label} (pid {u.pid}) did not die after SIGKILL, in state "
+             f"{u.state} (D: uninterruptible sleep, often a hung file system); left behind",
+             True)
+    interrupted = ending is None or ending.signum is not None
+    if interrupted and stopped:  # an interrupt: what it stopped
+        show(f"gluondist: stopped {', '.join(s.label for s in stopped)}", True)
 
 
 def _keeper(logs: Dict[str, List[str]]) -> Callable[[ProcessSpec, str], None]:

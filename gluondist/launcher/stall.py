@@ -11,7 +11,6 @@ from .transports import Transport
 
 CPU_SAMPLE = 1.0  # seconds between CPU readings of a worker without a heartbeat
 CPU_BUSY = 0.05  # CPU seconds per sample that count as progress (5% of a core)
-STALL_EXIT = 124  # the launcher's exit code for a stalled job (as timeout(1) has it)
 
 
 class StallWatch:

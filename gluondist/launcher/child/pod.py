@@ -19,7 +19,7 @@ import sys
 from ...envvars import JOB_COMPLETION_INDEX as INDEX
 from ..roles import role_env, role_of_index, server_argv, worker_argv
 from . import POD
-from .proctree import exit_status, signal_tree, stop_tree
+from .proctree import exit_status, signal_exit, signal_tree, stop_tree
 
 
 def main(argv) -> int:
@@ -51,7 +51,7 @@ def main(argv) -> int:
     code = child.wait()
     signal_tree(child.pid, signal.SIGKILL)  # whatever the role left behind
     if stopped:
-        return 128 + stopped[0]
+        return signal_exit(stopped[0])
     return exit_status(code)
 
 

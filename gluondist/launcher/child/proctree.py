@@ -104,14 +104,21 @@ def describe_exit(returncode: int) -> str:
         hint = " (often the out-of-memory killer: see `dmesg`)" if -returncode == signal.SIGKILL \
             else ""
         return f"killed by {name}{hint}"
-    if 128 < returncode <= 128 + 64:  # a shell's or a remote wrapper's way to say "signal"
-        return f"exit code {returncode} (128+{returncode - 128}: {_signal_name(returncode - 128)})"
+    signum = returncode - signal_exit(0)
+    if 0 < signum <= 64:  # a shell's or a remote wrapper's way to say "signal"
+        return f"exit code {returncode} (128+{signum}: {_signal_name(signum)})"
     return f"exit code {returncode}"
 
 
+def signal_exit(signum: int) -> int:
+    """The exit status a shell gives a process that died of signal ``signum``: the one
+    definition of 128+N, which the launcher and its children both exit with."""
+    return 128 + signum
+
+
 def exit_status(returncode: int) -> int:
-    """The shell's view: 128+N for death by signal N."""
-    return 128 - returncode if returncode < 0 else returncode
+    """The shell's view of a Popen return code (negative: killed by that signal)."""
+    return signal_exit(-returncode) if returncode < 0 else returncode
 
 
 def _signal_name(num: int) -> str:

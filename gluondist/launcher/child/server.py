@@ -14,14 +14,17 @@ scheduler and servers wherever it starts them (local, ssh, Slurm, the Kubernetes
 """
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import sys
 import traceback
 
-from ... import envvars as ev
+from ... import envvars as ev, wire
 from . import SERVER
 
-FAILED = 1  # the exit code of a server that refused a command or whose Python code raised
+FAILED = 1  # the exit code of a server whose Python code (controller, optimizer) raised
+REFUSED = wire.REFUSED  # the exit code of a server that refused a command
 CONTROLLER = 0  # the one command MXNet hands to Python (kController); the rest stay in C++
 
 
@@ -34,7 +37,7 @@ def handle(command: int, body: bytes):
     return load_optimizer(body)
 
 
-def _die(what: str) -> None:
+def _die(what: str, code: int = FAILED) -> None:
     """Say why in one line, after any traceback, and end the process: a Python exception
     raised into ctypes' callback would be printed and ignored."""
     try:
@@ -43,7 +46,27 @@ def _die(what: str) -> None:
         sys.stderr.flush()
         sys.stdout.flush()
     finally:
-        os._exit(FAILED)
+        os._exit(code)
+
+
+def port_taken(env=os.environ) -> bool:
+    """Whether the scheduler's port is taken on the address ps-lite will bind (zmq_van.h:
+    0.0.0.0 under DMLC_USE_KUBERNETES, else DMLC_PS_ROOT_URI), tried as ZeroMQ binds, with
+    SO_REUSEADDR. The launcher picked the port free, but released it before this process
+    started: another process may have taken it since. ps-lite would abort with "bind failed";
+    this tells the launcher by exit code (wire.PORT_TAKEN) instead, and it retries."""
+    host = "0.0.0.0" if env.get(ev.DMLC_USE_KUBERNETES) == "1" else env.get(ev.DMLC_PS_ROOT_URI)
+    try:
+        port = int(env.get(ev.DMLC_PS_ROOT_PORT, ""))
+    except ValueError:
+        return False
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host or "0.0.0.0", port))
+        except OSError as exc:  # another error (an address not of this host) is ps-lite's
+            return exc.errno == errno.EADDRINUSE
+    return False
 
 
 def _fatal_on_error(function, what: str):
@@ -68,12 +91,14 @@ def _serve() -> None:
                 try:
                     optimizer = handle(command, body)
                 except Refused as exc:
-                    _die(str(exc))
+                    _die(str(exc), REFUSED)
                 updater = mx.optimizer.get_updater(optimizer)
                 self.kvstore._set_updater(
                     _fatal_on_error(updater, "the optimizer's update raised"))
             return _fatal_on_error(controller, "the controller raised")
 
+    if os.environ.get(ev.DMLC_ROLE) == "scheduler" and port_taken():
+        _die(f"port {os.environ[ev.DMLC_PS_ROOT_PORT]} is taken", wire.PORT_TAKEN)
     Server(mx.kv.create("dist")).run()
 
 

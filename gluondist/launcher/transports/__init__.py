@@ -1,13 +1,29 @@
-"""What the process group needs of a transport: the one interface that starts a spec on this
-machine (local.LocalTransport), over ssh (ssh.SshTransport) or as a Slurm step
-(slurm.SrunTransport). The monitor and the stall watch use nothing else."""
+"""The launcher's backends: how a job's processes are started and reached (``--launcher``).
+
+Each backend is one module of this package holding a :class:`Backend` as ``BACKEND``, named in
+``BACKENDS`` below: the one line a new backend adds. A backend declares what it can do (its
+capabilities), finds its hosts, checks the options that concern it, and makes the
+:class:`Transport` the process group starts each spec through. Nothing outside this package
+compares launcher names: the rest of the launcher asks the backend.
+"""
 from __future__ import annotations
 
+import importlib
 import subprocess
-from typing import IO, Optional, Protocol, Tuple
+from typing import IO, Callable, Dict, Mapping, Optional, Protocol, Tuple
 
-# The annotations name plan.ProcessSpec and process.Child, not imported: process.py imports
-# this module, and the layers test keeps imports acyclic.
+from ..errors import LaunchError
+
+# The annotations name plan.ProcessSpec, process.Child and options.LaunchOptions, not imported:
+# those modules import this one, and the layers test keeps imports acyclic.
+
+# name -> the module holding its BACKEND, in the order `--launcher`'s help lists them
+BACKENDS: Dict[str, str] = {
+    "local": __name__ + ".local",
+    "ssh": __name__ + ".ssh",
+    "slurm": __name__ + ".slurm",
+}
+_registered: Dict[str, "Backend"] = {}
 
 
 class Transport(Protocol):
@@ -18,7 +34,7 @@ class Transport(Protocol):
     def spawn(self, spec: "ProcessSpec", progress: bool = False,
               error_file: Optional[str] = None) -> Tuple[subprocess.Popen, Optional[IO[bytes]]]:
         """Start ``spec``: its process (killing it ends the remote tree too) and its side
-        channel (a binary stream of ``gluondist-...`` lines, or None). With ``progress`` a
+        channel (a binary stream of gluondist.wire lines, or None). With ``progress`` a
         worker gets a progress channel; ``error_file`` is a local path where its bootstrap
         may record an exception (a transport that relays records otherwise may ignore it)."""
 
@@ -31,3 +47,86 @@ class Transport(Protocol):
     def lost(self, child: "Child") -> bool:
         """Whether the exited ``child`` lost its connection rather than failing (call once its
         side channel has been read to the end)."""
+
+
+Show = Callable[[str, bool], None]
+
+
+class Backend:
+    """What a launcher kind is and can do. The defaults describe a backend on this machine
+    alone; a module overrides what differs."""
+
+    name = ""
+    multi_host = False  # its processes run on other hosts (-H, --interface, NAT)
+    takes_hosts = False  # the user gives hosts with -H (else: none, or discovered)
+    server_hosts = False  # --server-hosts can give the servers hosts of their own
+    progress = True  # workers have a progress channel: --stall-timeout works
+    # where a worker's error record is written, for --dry-run ("the launcher's"), or None
+    # when no record reaches the launcher
+    error_file_home: Optional[str] = "the launcher's"
+
+    def discover(self, options: "LaunchOptions", env: Mapping[str, str]) -> "LaunchOptions":
+        """The options with the hosts this backend finds itself (a Slurm allocation's)."""
+        return options
+
+    def check(self, options: "LaunchOptions") -> None:
+        """Raise LaunchError for options this backend cannot run (generic checks are
+        LaunchOptions.validate's)."""
+        if options.hosts and not self.takes_hosts and not self.multi_host:
+            raise LaunchError("-H places processes on other hosts: add --launcher ssh")
+        if options.server_hosts and not self.server_hosts:
+            raise LaunchError("--server-hosts puts the servers on hosts of their own, which "
+                              "needs --launcher ssh (and -H for the workers)")
+        if options.interface is not None and not self.multi_host:
+            raise LaunchError(f"--interface is for multi-host jobs ({_multi_host_flags()}); "
+                              "a local job binds 127.0.0.1")
+        if options.stall_timeout is not None and not self.progress:
+            raise LaunchError(f"--stall-timeout works with {_progress_flags()}; "
+                              f"{self.name} gives workers no progress channel")
+
+    def check_resources(self, options: "LaunchOptions") -> None:
+        """Raise LaunchError when what the job asks for is not here (GPUs on this machine)."""
+
+    def transport(self, options: "LaunchOptions", env: Mapping[str, str]) -> Transport:
+        """The transport of a job with ``options`` (after any check of its hosts)."""
+        raise NotImplementedError
+
+    def preflight(self, options: "LaunchOptions") -> None:
+        """Raise LaunchError naming the first host that cannot run the job (nothing to check
+        by default)."""
+
+    def reachable(self, hosts: Tuple, server_hosts: Tuple, options: "LaunchOptions",
+                  attempt: int, show: Show) -> Tuple[Tuple, Tuple]:
+        """Before a restart: the hosts and server hosts that can take attempt ``attempt`` (each
+        one left out said through ``show``). By default every host is kept."""
+        return hosts, server_hosts
+
+
+def names() -> Tuple[str, ...]:
+    return tuple(dict.fromkeys([*BACKENDS, *_registered]))
+
+
+def backend(name: str) -> Backend:
+    """The backend called ``name``; LaunchError for an unknown one."""
+    if name in _registered:
+        return _registered[name]
+    if not isinstance(name, str) or name not in BACKENDS:
+        raise LaunchError(f"unknown launcher {name!r}; use one of {', '.join(names())}")
+    return importlib.import_module(BACKENDS[name]).BACKEND
+
+
+def register(instance: Backend) -> None:
+    """Add a backend at run time (a plug-in, a test's fake), by its ``name``."""
+    _registered[instance.name] = instance
+
+
+def unregister(name: str) -> None:
+    _registered.pop(name, None)
+
+
+def _multi_host_flags() -> str:
+    return " or ".join(f"--launcher {n}" for n in names() if backend(n).multi_host)
+
+
+def _progress_flags() -> str:
+    return " or ".join(f"--launcher {n}" for n in names() if backend(n).progress)

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-from typing import Optional, Tuple
+from typing import Mapping, Optional, Tuple
 
 from ... import envvars as ev
 from ..child.proctree import STACK_SIGNAL, kill_quietly, session_cpu
+from ..errors import LaunchError
 from ..plan import ProcessSpec
+from . import Backend
 
 
 class LocalTransport:
@@ -48,3 +50,30 @@ class LocalTransport:
 
     def lost(self, child: "Child") -> bool:
         return False  # nothing between the launcher and its children to lose
+
+
+def local_gpus() -> int:
+    """NVIDIA GPUs the driver lists (without importing MXNet or CUDA)."""
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+
+
+class Local(Backend):
+    name = "local"
+
+    def check_resources(self, options) -> None:
+        if not options.gpus_per_worker:
+            return
+        need, have = options.gpus_per_worker * options.num_workers, local_gpus()
+        if need > have:
+            raise LaunchError(f"--gpus-per-worker {options.gpus_per_worker} for "
+                              f"{options.num_workers} worker(s) needs {need} GPU(s); this "
+                              f"machine has {have}; lower it or use hosts with GPUs")
+
+    def transport(self, options, env: Mapping[str, str]) -> LocalTransport:
+        return LocalTransport()
+
+
+BACKEND = Local()

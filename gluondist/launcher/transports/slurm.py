@@ -6,6 +6,7 @@ launcher) ends, Slurm ends every step of the job.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -16,6 +17,7 @@ from ..hosts import Host, parse_slurm_tasks
 from ..errors import LaunchError
 from ..child.proctree import STACK_SIGNAL
 from ..plan import ProcessSpec
+from . import Backend
 
 SCONTROL_TIMEOUT = 30  # seconds for scontrol to answer: slurmctld may be busy, not gone
 
@@ -69,3 +71,30 @@ class SrunTransport:
 
     def lost(self, child) -> bool:
         return False  # srun's own failures come with its message in the log tail
+
+
+class Slurm(Backend):
+    """Inside an allocation (sbatch, salloc): its nodes are the hosts, one srun step a process."""
+
+    name = "slurm"
+    multi_host = True
+    progress = False  # the steps run on other nodes, with no side channel
+    error_file_home = None
+
+    def discover(self, options, env: Mapping[str, str]):
+        if options.hosts:
+            raise LaunchError("--launcher slurm takes its hosts from the allocation; drop -H")
+        return dataclasses.replace(options, hosts=allocation_hosts(env),
+                                   hosts_source="the Slurm allocation")
+
+    def check(self, options) -> None:
+        if not options.hosts:
+            raise LaunchError("--launcher slurm runs inside a Slurm allocation (sbatch or "
+                              "salloc); none found (SLURM_JOB_ID is unset)")
+        super().check(options)
+
+    def transport(self, options, env: Mapping[str, str]) -> SrunTransport:
+        return SrunTransport()
+
+
+BACKEND = Slurm()

@@ -15,12 +15,14 @@ its connection: the monitor reports `lost the connection to host H`, not a proce
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, List, Mapping, Optional, Sequence
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ... import __version__
 from ... import envvars as ev
@@ -28,6 +30,7 @@ from ..errors import LaunchError
 from ..plan import ProcessSpec
 from .. import child
 from ..child.remote import PROTOCOL
+from . import Backend, Show
 
 # Names never forwarded: they describe the launcher's own host or session, or are set per
 # process by the plan.
@@ -137,19 +140,36 @@ class SshTransport:
         return child.exit_report is None and child.proc.returncode == 255
 
 
+@dataclass(frozen=True)
+class HostProblem:
+    """Why a host cannot take a job, in one line."""
+
+    unreachable: bool  # ssh did not get in (no answer, refused, no login); else it fails a check
+    detail: str
+
+    def __str__(self) -> str:
+        return self.detail
+
+
 def check_host(host: str, python: str, ssh_config: Optional[str] = None,
-               timeout: float = PREFLIGHT_TIMEOUT) -> Optional[str]:
-    """What is wrong with ``host`` for a job, in one line, or None: reachable, login works,
-    ``python`` imports MXNet and the launcher's own gluondist version (the protocol's)."""
+               timeout: float = PREFLIGHT_TIMEOUT) -> Optional[HostProblem]:
+    """What is wrong with ``host`` for a job, or None: reachable, login works, ``python``
+    imports MXNet and the launcher's own gluondist version (the protocol's)."""
     try:
         proc = subprocess.run(ssh_argv(host, [python, "-m", REMOTE, "--preflight"], ssh_config),
                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
-        return f"no answer over ssh within {timeout:g}s"
+        return HostProblem(True, f"no answer over ssh within {timeout:g}s")
     last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
     if proc.returncode == 255:
-        return f"ssh failed: {last}"
+        return HostProblem(True, f"ssh failed: {last}")
+    detail = _check_report(proc, python, last)
+    return HostProblem(False, detail) if detail else None
+
+
+def _check_report(proc: subprocess.CompletedProcess, python: str, last: str) -> Optional[str]:
+    """What the remote side's preflight report says is missing on its host, or None."""
     if proc.returncode != 0:
         if "No module named" in proc.stderr:
             return (f"gluondist is not installed for {python}; install gluondist "
@@ -169,7 +189,7 @@ def check_host(host: str, python: str, ssh_config: Optional[str] = None,
 
 
 def check_hosts(hosts: Sequence[str], python: str, ssh_config: Optional[str] = None,
-                timeout: float = PREFLIGHT_TIMEOUT) -> Dict[str, str]:
+                timeout: float = PREFLIGHT_TIMEOUT) -> Dict[str, HostProblem]:
     """Every host checked at once (see ``check_host``): {host: problem} for those that fail."""
     with ThreadPoolExecutor(max_workers=min(PREFLIGHT_THREADS, len(hosts)) or 1) as pool:
         problems = pool.map(lambda h: check_host(h, python, ssh_config, timeout), hosts)
@@ -183,3 +203,40 @@ def preflight(hosts: Sequence[str], python: str, ssh_config: Optional[str] = Non
     for host in hosts:
         if host in problems:
             raise LaunchError(f"host {host}: {problems[host]}")
+
+
+class Ssh(Backend):
+    """Processes on the -H hosts (and --server-hosts), each through an ssh session whose far
+    end is child/remote.py; every host is preflighted before the job and again before each
+    restart, which leaves out those that fail."""
+
+    name = "ssh"
+    multi_host = takes_hosts = server_hosts = True
+    error_file_home = "the remote side's"
+
+    def check(self, options) -> None:
+        if not options.hosts:
+            raise LaunchError("--launcher ssh needs hosts: -H hostfile or -H host1:2,host2:2")
+        super().check(options)
+
+    def preflight(self, options) -> None:
+        preflight(list(dict.fromkeys(h.name for h in options.all_hosts)), options.python,
+                  options.ssh_config)
+
+    def transport(self, options, env: Mapping[str, str]) -> SshTransport:
+        self.preflight(options)
+        return SshTransport(options.python, env, os.getcwd(), options.ssh_config)
+
+    def reachable(self, hosts: Tuple, server_hosts: Tuple, options, attempt: int,
+                  show: Show) -> Tuple[Tuple, Tuple]:
+        names = list(dict.fromkeys(h.name for h in (*hosts, *server_hosts)))
+        problems = check_hosts(names, options.python, options.ssh_config)
+        for name, problem in problems.items():
+            what = "is unreachable" if problem.unreachable else "fails its check"
+            show(f"gluondist: host {name} {what} ({problem}): left out of attempt {attempt}",
+                 True)
+        return (tuple(h for h in hosts if h.name not in problems),
+                tuple(h for h in server_hosts if h.name not in problems))
+
+
+BACKEND = Ssh()

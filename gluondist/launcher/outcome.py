@@ -1,0 +1,259 @@
+"""What an attempt of a job came to, as frozen values built once.
+
+An attempt runs as a pipeline of values: the monitor's ``watch`` returns what ended it (an
+:class:`Ending`), closing the process group returns what the teardown did (a
+:class:`Teardown`) and what each process left (its :class:`ProcessEnd`), and the pure
+:func:`diagnose` turns the three into an :class:`Attempt`: who failed first and why (a
+:class:`Failure` of a :class:`Kind`), the later failures, what was stopped. The job's
+:class:`LaunchResult` holds every attempt; each exit code is derived in one property.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .. import wire
+from .child.proctree import describe_exit, exit_status, signal_exit
+from .plan import LaunchPlan
+
+LOST_EXIT = 75  # the job ended because the connection to a host was lost (sysexits' TEMPFAIL)
+STALL_EXIT = 124  # a stalled job (as timeout(1) has it)
+START_TIMEOUT_EXIT = 1  # the job did not form within --start-timeout
+
+
+class Kind(enum.Enum):
+    """Why an attempt failed."""
+
+    EXIT = "exit"  # a process exited non-zero by itself
+    SIGNAL = "signal"  # a process was killed by a signal the teardown did not send
+    LOST_HOST = "lost host"  # the connection to a process's host was lost
+    REFUSED = "server refusal"  # a scheduler or server refused a command from the network
+    PORT_TAKEN = "port taken"  # the scheduler's port was taken before it could bind it
+    STALL = "stall"  # no worker made progress for --stall-timeout
+    START_TIMEOUT = "start timeout"  # the job did not form within --start-timeout
+    STOPPED = "stop request"  # the launcher was asked to stop (Ctrl-C, SIGTERM, SIGHUP)
+
+    @property
+    def of_job(self) -> bool:
+        """The job as a whole failed, not one process of it."""
+        return self in (Kind.STALL, Kind.START_TIMEOUT, Kind.STOPPED)
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: Kind
+    reason: str  # one line
+    label: str = ""  # "worker 1", "server 0", "scheduler"; "" when the job as a whole failed
+    host: str = ""
+    tail: Tuple[str, ...] = ()  # last lines of its output
+    traceback: Tuple[str, ...] = ()
+    time: float = 0.0  # when it happened (time.time()): its error record's, else when noticed
+    from_error_file: bool = False  # the traceback is the worker's own record, not scraped
+    status: int = 0  # the process's exit status as a shell has it; a stop's 128+N
+
+    @property
+    def lost(self) -> bool:
+        return self.kind is Kind.LOST_HOST
+
+    @property
+    def exit_code(self) -> int:
+        """The launcher's exit code when this failure ends the job."""
+        return {Kind.LOST_HOST: LOST_EXIT, Kind.STALL: STALL_EXIT,
+                Kind.START_TIMEOUT: START_TIMEOUT_EXIT}.get(self.kind, self.status)
+
+
+@dataclass(frozen=True)
+class Stall:
+    seconds: float  # how long no worker had progressed
+    workers: Tuple[str, ...]  # "worker 1 (20 batches, the last 31s ago)", stopped-first first
+    stacks: Mapping[str, Tuple[str, ...]]  # each worker's dump, by label, in that order
+    first_known: bool = False  # the heartbeats tell which worker stopped first
+
+
+class Why(enum.Enum):
+    """What ended the monitor's watch."""
+
+    DONE = "every worker succeeded"
+    EXITED = "a process failed"
+    TIMED_OUT = "the job did not form in time"
+    STALLED = "no worker progressed"
+    STOPPED = "a stop was requested"
+
+
+@dataclass(frozen=True)
+class Ending:
+    why: Why
+    label: str = ""  # EXITED: the process whose exit was noticed first
+    reason: str = ""  # TIMED_OUT, STALLED: one line
+    stall: Optional[Stall] = None
+    signum: Optional[int] = None  # STOPPED: by which signal
+    time: float = 0.0  # time.time() when it ended
+
+
+@dataclass(frozen=True)
+class Unreaped:
+    label: str
+    pid: int
+    state: str  # as /proc says it ("D (disk sleep)")
+
+
+@dataclass(frozen=True)
+class Teardown:
+    stopped: Tuple[str, ...] = ()  # labels of the processes the teardown had to stop
+    unreaped: Tuple[Unreaped, ...] = ()  # alive after SIGKILL
+
+
+@dataclass(frozen=True)
+class ProcessEnd:
+    """What one process of an attempt left, read once its group was closed."""
+
+    label: str
+    role: str
+    host: str
+    returncode: Optional[int]  # Popen's (negative: that signal); None if it never exited
+    wall: float = 0.0  # time.time() when its exit was noticed
+    tail: Tuple[str, ...] = ()  # its last output lines, ps-lite's chatter left out
+    error: Optional[dict] = None  # its error record (errorfile.py), if it wrote one
+    lost: bool = False  # the transport says its connection was lost, not that it failed
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One start of the job, from plan to teardown."""
+
+    plan: Optional[LaunchPlan]
+    failure: Optional[Failure] = None  # the root cause; None when the job succeeded
+    others: Tuple[Failure, ...] = ()  # later failures, in time order
+    stall: Optional[Stall] = None
+    stopped: Tuple[str, ...] = ()  # labels the teardown stopped (failed ones left out)
+    unreaped: Tuple[str, ...] = ()  # labels alive after SIGKILL
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.failure is None else self.failure.exit_code
+
+    @property
+    def workers(self) -> int:
+        return len(self.plan.of_role("worker")) if self.plan else 0
+
+    @property
+    def signal(self) -> Optional[int]:
+        """The signal the job was stopped by on request, if it was."""
+        f = self.failure
+        return f.status - signal_exit(0) if f is not None and f.kind is Kind.STOPPED else None
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    """What a job came to: every attempt (restarts and port retries included), the last one
+    deciding; ``logs`` holds every output line of each process by label when the session
+    keeps them. The one result both ``gluondist launch`` and ``gluondist.launch()`` get."""
+
+    attempts: Tuple[Attempt, ...]
+    logs: Dict[str, List[str]] = field(default_factory=dict)
+
+    @property
+    def last(self) -> Attempt:
+        return self.attempts[-1]
+
+    @property
+    def exit_code(self) -> int:
+        return self.last.exit_code
+
+    @property
+    def failure(self) -> Optional[Failure]:
+        return self.last.failure
+
+    @property
+    def others(self) -> Tuple[Failure, ...]:
+        return self.last.others
+
+    @property
+    def stall(self) -> Optional[Stall]:
+        return self.last.stall
+
+    @property
+    def stopped(self) -> Tuple[str, ...]:
+        return self.last.stopped
+
+    @property
+    def unreaped(self) -> Tuple[str, ...]:
+        return self.last.unreaped
+
+    @property
+    def plan(self) -> Optional[LaunchPlan]:
+        return self.last.plan
+
+    @property
+    def restarts(self) -> Tuple[Failure, ...]:
+        """The failures the job was restarted from (a retry on another port is none)."""
+        return tuple(a.failure for a in self.attempts[:-1]
+                     if a.failure is not None and a.failure.kind is not Kind.PORT_TAKEN)
+
+
+def diagnose(plan: Optional[LaunchPlan], ending: Ending, teardown: Teardown,
+             ends: Sequence[ProcessEnd]) -> Attempt:
+    """The attempt ``ending`` ended, ``teardown`` closed and ``ends`` describe: every process
+    that failed by itself, earliest first by when it happened (a worker's error record tells;
+    otherwise when the monitor noticed), so the root cause leads even when the monitor
+    noticed a later failure first."""
+    unreaped = tuple(u.label for u in teardown.unreaped)
+    if ending.why is Why.DONE:
+        return Attempt(plan, stopped=teardown.stopped, unreaped=unreaped)
+    if ending.why is not Why.EXITED:
+        return Attempt(plan, _job_failure(ending), stall=ending.stall, stopped=teardown.stopped,
+                       unreaped=unreaped)
+    by_label = {e.label: e for e in ends}
+    first = by_label[ending.label]
+    noticed = _failure(first)
+    failures = [noticed]
+    for end in ends:
+        if end.label == first.label or end.returncode is None:
+            continue
+        own = end.label not in teardown.stopped and end.returncode != 0 and (
+            end.role == "worker" or end.wall <= noticed.time)
+        if own or end.error is not None:
+            failures.append(_failure(end, lost=own and end.lost))
+    failures.sort(key=lambda f: f.time)
+    root = failures[0]
+    # one lost host is one failure, however many of its sessions noticed before the teardown
+    others = tuple(f for f in failures[1:] if not (f.lost and root.lost and f.host == root.host))
+    named = {root.label} | {f.label for f in others}  # failed, not "stopped"
+    return Attempt(plan, root, others, stopped=tuple(s for s in teardown.stopped
+                                                     if s not in named), unreaped=unreaped)
+
+
+def _job_failure(ending: Ending) -> Failure:
+    if ending.why is Why.STOPPED:
+        return Failure(Kind.STOPPED, f"stopped by signal {ending.signum}", time=ending.time,
+                       status=signal_exit(ending.signum))
+    kind = Kind.STALL if ending.why is Why.STALLED else Kind.START_TIMEOUT
+    return Failure(kind, ending.reason, time=ending.time)
+
+
+def _failure(end: ProcessEnd, lost: Optional[bool] = None) -> Failure:
+    lost = end.lost if lost is None else lost
+    code = end.returncode
+    status = exit_status(code)
+    if lost:
+        kind, reason = Kind.LOST_HOST, f"lost the connection to host {end.host}"
+    elif end.role != "worker" and status == wire.REFUSED:
+        kind, reason = Kind.REFUSED, f"refused a command ({describe_exit(code)})"
+    elif end.role == "scheduler" and status == wire.PORT_TAKEN:
+        kind, reason = Kind.PORT_TAKEN, f"its port was taken ({describe_exit(code)})"
+    else:
+        kind, reason = (Kind.SIGNAL if code < 0 else Kind.EXIT), describe_exit(code)
+    record = end.error
+    if record is not None:
+        # a worker that recorded its exception and was then killed failed with the exception
+        return Failure(kind, reason, end.label, end.host, end.tail[-15:],
+                       tuple(record.get("traceback") or ()), float(record["time"]), True,
+                       1 if code < 0 else status)
+    return Failure(kind, reason, end.label, end.host, end.tail[-15:],
+                   () if lost else _traceback(end.tail), end.wall, status=status)
+
+
+def _traceback(lines: Sequence[str]) -> Tuple[str, ...]:
+    starts = [i for i, l in enumerate(lines) if l.startswith("Traceback (most recent call last)")]
+    return tuple(lines[starts[-1]:]) if starts else ()
