@@ -1,0 +1,68 @@
+"""A backend in one module, for the launcher's fast tests: its processes are tiny real ones
+without MXNet (scripts/fake_node.py stands in for the scheduler and servers; workers run
+scripts/fake_worker.py under gluondist's real bootstrap), on any host names, all on this
+machine. Registered with ``transports.register(Fake())``: nothing else in gluondist changes.
+
+A worker that exits with ssh's 255 lost its connection, as over ssh; hosts named in
+``Fake.down`` fail the check before a restart and are left out. ``FakeSsh`` is the real ssh
+backend with the same stand-in nodes, for use with tests/bin/ssh first on PATH."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from gluondist.launcher.transports import Backend
+from gluondist.launcher.transports.local import LocalTransport
+from gluondist.launcher.transports.ssh import Ssh, SshTransport
+
+NODE = str(Path(__file__).parent / "scripts" / "fake_node.py")
+LOST = 255
+
+
+class FakeTransport(LocalTransport):
+    def spawn(self, spec, progress=False, error_file=None):
+        if spec.role != "worker":
+            spec = replace(spec, argv=(sys.executable, NODE))
+        return super().spawn(spec, progress, error_file)
+
+    def lost(self, child) -> bool:
+        return child.proc.returncode == LOST
+
+
+class Fake(Backend):
+    name = "fake"
+    multi_host = takes_hosts = True
+
+    def __init__(self):
+        self.down = set()  # hosts that fail the check before a restart
+        self.checked = []  # (attempt, hosts checked)
+
+    def transport(self, options, env):
+        return FakeTransport()
+
+    def reachable(self, hosts, server_hosts, options, attempt, show):
+        self.checked.append((attempt, tuple(h.name for h in hosts)))
+        for name in sorted({h.name for h in hosts} & self.down):
+            show(f"gluondist: host {name} is unreachable (down): left out of attempt {attempt}",
+                 True)
+        return (tuple(h for h in hosts if h.name not in self.down),
+                tuple(h for h in server_hosts if h.name not in self.down))
+
+
+class FakeSshTransport(SshTransport):
+    """The real ssh transport (tests/bin/ssh stands in for ssh on PATH), the fake nodes."""
+
+    def spawn(self, spec, progress=False, error_file=None):
+        if spec.role != "worker":
+            spec = replace(spec, argv=(sys.executable, NODE))
+        return super().spawn(spec, progress, error_file)
+
+
+class FakeSsh(Ssh):
+    name = "fakessh"
+
+    def transport(self, options, env):
+        self.preflight(options)
+        return FakeSshTransport(options.python, env, os.getcwd(), options.ssh_config)

@@ -1,0 +1,268 @@
+"""The launcher's control loop, fast: every transition (success, a worker's exit, signal or
+exception, a lost host, a stall, a start timeout, a taken port, a stop request, restarts and
+the hosts left out of them) through a backend added in one module (fake_backend.py), whose
+processes are tiny real ones without MXNet; and diagnose() and next_step() on literal values.
+The real end-to-end jobs stay in the slow tier (test_launch.py, test_teardown.py, ...)."""
+import os
+import signal
+import socket
+import threading
+import uuid
+
+import pytest
+
+import gluondist
+from gluondist import wire
+from gluondist.launcher import transports
+from gluondist.launcher.errors import LaunchError, Stopped, StopRequest
+from gluondist.launcher.options import LaunchOptions
+from gluondist.launcher.outcome import (Attempt, Ending, Failure, Kind, LaunchResult,
+                                        ProcessEnd, Teardown, Why, diagnose)
+from gluondist.launcher.plan import LaunchPlan, ProcessSpec
+from gluondist.launcher.session import Step, free_ports, launch_job, next_step
+from conftest import HERE, SCRIPTS, tagged_pids, TAG
+from fake_backend import Fake, FakeSsh
+
+WORKER = str(SCRIPTS / "fake_worker.py")
+
+
+@pytest.fixture
+def fake(tmp_path):
+    backend = Fake()
+    transports.register(backend)
+    yield backend
+    transports.unregister(backend.name)
+
+
+def run(tmp_path, *action, tag="", hosts="h1:1,h2:1", launcher="fake", stop=None, ports=None,
+        **options):
+    """The job ``fake_worker.py ACTION`` through the fake backend; its result and what the
+    console showed (notes on stderr)."""
+    shown = []
+    tag = tag or uuid.uuid4().hex
+    env = {"FAKE_DIR": str(tmp_path), TAG: tag, **options.pop("env", {})}
+    opts = LaunchOptions((WORKER, *action), num_workers=options.pop("num_workers", 2),
+                         launcher=launcher, hosts=hosts, env=env, **options)
+    result = launch_job(opts, lambda text, note: shown.append((text, note)), keep_logs=True,
+                        stop=stop, ports=ports or free_ports)
+    notes = [text for text, note in shown if note]
+    assert tagged_pids(tag) == []  # nothing of the job outlives it
+    return result, notes
+
+
+def test_a_backend_added_in_one_module_runs_a_job(tmp_path, fake):
+    result = gluondist.launch(WORKER, "ok", num_workers=2, launcher="fake", hosts="h1:1,h2:1",
+                              env={"FAKE_DIR": str(tmp_path)}, echo=False)
+    assert (result.exit_code, len(result.attempts), result.last.workers) == (0, 1, 2)
+    assert "worker 1 running ok" in result.logs["worker 1"]
+    assert "fake" in transports.names()
+
+
+def test_an_unknown_backend_is_one_line():
+    with pytest.raises(LaunchError, match="unknown launcher 'pbs'; use one of local, ssh, slurm"):
+        LaunchOptions((WORKER,), launcher="pbs").validate()
+
+
+@pytest.mark.parametrize("action,code,kind,reason", [
+    (("exit", "3", "1"), 3, Kind.EXIT, "exit code 3"),
+    (("kill", "SIGTERM", "1"), 128 + 15, Kind.SIGNAL, "killed by SIGTERM"),
+    (("raise", "1"), 1, Kind.EXIT, "exit code 1"),
+])
+def test_a_failing_worker_is_named_first_and_the_rest_stopped(tmp_path, fake, action, code,
+                                                              kind, reason):
+    result, notes = run(tmp_path, *action)
+    f = result.failure
+    # ps-lite ranks hosts by descending address: worker 0 on h2, worker 1 on h1
+    assert (result.exit_code, f.kind, f.label, f.host, f.reason) == (code, kind, "worker 1",
+                                                                     "h1", reason)
+    assert "worker 1 on h1 failed first: " + reason in notes[0]
+    assert set(result.stopped) == {"scheduler", "server 0", "worker 0"}
+    assert notes[-1] == f"gluondist: exit code {code}"
+    if action[0] == "raise":
+        assert f.from_error_file and f.traceback[-1] == "RuntimeError: worker 1 failed on purpose"
+
+
+def test_a_restart_runs_the_job_again_and_counts_only_restarts(tmp_path, fake):
+    result, notes = run(tmp_path, "flaky", "3", "0", max_restarts=2)
+    assert result.exit_code == 0 and len(result.attempts) == 2
+    assert [f.label for f in result.restarts] == ["worker 0"]
+    assert [a.exit_code for a in result.attempts] == [3, 0]
+    assert "gluondist: restarting the job (1 of 2)" in notes
+    assert notes[-1] == "gluondist: succeeded after 1 restart(s)"
+
+
+def test_restarts_run_out(tmp_path, fake):
+    result, notes = run(tmp_path, "exit", "3", "0,1", max_restarts=1)
+    assert result.exit_code == 3 and len(result.attempts) == 2 and len(result.restarts) == 1
+    assert "gluondist: no restart left: all 1 of --max-restarts used" in notes
+
+
+def test_a_lost_host_is_named_and_left_out_of_the_restart(tmp_path, fake):
+    fake.down = {"h1"}  # where worker 1 runs (and the scheduler and server)
+    result, notes = run(tmp_path, "flaky", "255", "1", hosts="h1:1,h2:1,h3:1", max_restarts=1)
+    assert result.exit_code == 0 and result.attempts[0].exit_code == 75
+    assert result.restarts[0].kind is Kind.LOST_HOST
+    assert "lost the connection to host h1, where scheduler, server 0, worker 1 ran" in notes[0]
+    assert "gluondist: host h1 is unreachable (down): left out of attempt 2" in notes
+    assert {s.host for s in result.plan.specs} == {"h2", "h3"}
+    assert fake.checked == [(2, ("h1", "h2", "h3"))]
+
+
+def test_a_restart_that_no_longer_fits_is_refused_in_one_line(tmp_path, fake):
+    fake.down = {"h1"}
+    result, notes = run(tmp_path, "exit", "255", "1", max_restarts=1)
+    assert result.exit_code == 75 and len(result.attempts) == 1
+    assert notes[-2] == ("gluondist: cannot restart: the hosts left have 1 slot(s) for -n 2; "
+                         "-n is never lowered (it sets the global batch): bring the hosts back "
+                         "or add some")
+    assert notes[-1] == "gluondist: exit code 75 (lost a host)"
+
+
+def test_a_taken_port_is_retried_on_another_and_is_no_restart(tmp_path, fake):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port, calls = taken.getsockname()[1], []
+
+    def ports(count, host):
+        calls.append(count)
+        free = free_ports(count, host)
+        return [port, *free[1:]] if len(calls) == 1 else free
+    try:
+        result, notes = run(tmp_path, "ok", hosts="127.0.0.1:2", ports=ports)
+    finally:
+        taken.close()
+    assert result.exit_code == 0 and len(result.attempts) == 2 and result.restarts == ()
+    assert result.attempts[0].failure.kind is Kind.PORT_TAKEN
+    assert f"gluondist: the scheduler's port {port} was taken; retrying on another" in notes
+
+
+def test_a_job_that_does_not_form_in_time_names_who_did_not_join(tmp_path, fake):
+    result, notes = run(tmp_path, "nojoin", start_timeout=1.5)
+    assert result.exit_code == 1 and result.failure.kind is Kind.START_TIMEOUT
+    assert notes[0].startswith("gluondist: the job did not form within 1.5s: worker 0, "
+                               "worker 1 did not join")
+
+
+def test_a_stall_stops_the_job_with_every_workers_stack(tmp_path, fake):
+    result, notes = run(tmp_path, "hang", "0,1", stall_timeout=1.0)
+    assert result.exit_code == 124 and result.failure.kind is Kind.STALL
+    assert sorted(result.stall.stacks) == ["worker 0", "worker 1"]
+    assert any("fake_worker.py" in line for line in result.stall.stacks["worker 0"])
+    assert notes[-1] == "gluondist: exit code 124 (stalled)"
+
+
+def test_a_stop_request_stops_every_process_and_is_raised(tmp_path, fake):
+    stop = StopRequest()
+    timer = threading.Timer(1.0, stop.request, (signal.SIGTERM,))
+    timer.start()
+    with pytest.raises(Stopped) as raised:
+        run(tmp_path, "sleep", "600", stop=stop)
+    assert raised.value.signum == signal.SIGTERM and raised.value.left == []
+
+
+# over the real ssh transport and remote side, with tests/bin/ssh standing in for ssh
+
+@pytest.fixture
+def fake_ssh(monkeypatch):
+    monkeypatch.setenv("PATH", f"{HERE / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    backend = FakeSsh()
+    transports.register(backend)
+    yield backend
+    transports.unregister(backend.name)
+
+
+def test_over_ssh_a_workers_record_and_exit_are_relayed(tmp_path, fake_ssh):
+    result, notes = run(tmp_path, "raise", "1", launcher="fakessh", hosts="a:1,b:1")
+    f = result.failure
+    assert (result.exit_code, f.label, f.host, f.from_error_file) == (1, "worker 1", "a", True)
+    assert f.traceback[-1] == "RuntimeError: worker 1 failed on purpose"
+
+
+def test_over_ssh_a_cut_link_is_a_lost_host(tmp_path, fake_ssh, monkeypatch):
+    monkeypatch.setenv("FAKE_CUT_AFTER", "1.5")
+    result, notes = run(tmp_path, "sleep", "600", launcher="fakessh", hosts="a:1,cut:1")
+    assert result.exit_code == 75 and result.failure.kind is Kind.LOST_HOST
+    assert result.failure.host == "cut"
+
+
+def test_over_ssh_an_unreachable_host_stops_the_start_in_one_line(tmp_path, fake_ssh):
+    with pytest.raises(LaunchError, match="host down: ssh failed: ssh: connect to host down "
+                                          "port 22: Connection refused"):
+        run(tmp_path, "ok", launcher="fakessh", hosts="a:1,down:1")
+
+
+# the pure parts, on literal values
+
+def spec(role, rank, host="h"):
+    return ProcessSpec(role, rank, host, ("x",), {})
+
+
+PLAN = LaunchPlan(9000, (spec("scheduler", 0), spec("server", 0), spec("worker", 0),
+                         spec("worker", 1, "g")))
+
+
+def end(label, role, code, wall, error=None, lost=False, tail=(), host="h"):
+    return ProcessEnd(label, role, host, code, wall, tuple(tail), error, lost)
+
+
+def test_diagnose_puts_the_earliest_failure_first_whoever_was_noticed_first():
+    record = {"time": 5.0, "traceback": ["Traceback (most recent call last):", "E: boom"]}
+    ends = [end("scheduler", "scheduler", -15, 9.0), end("server 0", "server", -15, 9.0),
+            end("worker 0", "worker", 3, 8.0), end("worker 1", "worker", 1, 7.0, record)]
+    attempt = diagnose(PLAN, Ending(Why.EXITED, "worker 0", time=8.0),
+                       Teardown(("scheduler", "server 0")), ends)
+    assert (attempt.failure.label, attempt.failure.traceback[-1]) == ("worker 1", "E: boom")
+    assert [f.label for f in attempt.others] == ["worker 0"]
+    assert attempt.stopped == ("scheduler", "server 0") and attempt.exit_code == 1
+
+
+def test_diagnose_names_one_lost_host_once_and_its_exit_code():
+    ends = [end("worker 0", "worker", 255, 1.0, lost=True, host="g"),
+            end("worker 1", "worker", 255, 1.1, lost=True, host="g"),
+            end("scheduler", "scheduler", -15, 2.0)]
+    attempt = diagnose(PLAN, Ending(Why.EXITED, "worker 0"), Teardown(("scheduler",)), ends)
+    assert attempt.failure.kind is Kind.LOST_HOST and attempt.others == ()
+    assert attempt.exit_code == 75
+
+
+@pytest.mark.parametrize("role,code,kind,exit_code", [
+    ("server", wire.REFUSED, Kind.REFUSED, 77),
+    ("scheduler", wire.PORT_TAKEN, Kind.PORT_TAKEN, 98),
+    ("worker", -9, Kind.SIGNAL, 137),
+    ("worker", 4, Kind.EXIT, 4),
+])
+def test_each_kind_of_process_failure_has_its_exit_code(role, code, kind, exit_code):
+    label = role if role == "scheduler" else f"{role} 0"
+    attempt = diagnose(PLAN, Ending(Why.EXITED, label), Teardown(), [end(label, role, code, 1)])
+    assert (attempt.failure.kind, attempt.exit_code) == (kind, exit_code)
+
+
+@pytest.mark.parametrize("why,kind,exit_code", [
+    (Why.STALLED, Kind.STALL, 124), (Why.TIMED_OUT, Kind.START_TIMEOUT, 1),
+    (Why.STOPPED, Kind.STOPPED, 143), (Why.DONE, None, 0)])
+def test_each_ending_of_the_job_as_a_whole_has_its_exit_code(why, kind, exit_code):
+    ending = Ending(why, reason="r", signum=signal.SIGTERM if why is Why.STOPPED else None)
+    attempt = diagnose(PLAN, ending, Teardown(("worker 0",)), [])
+    assert attempt.exit_code == exit_code
+    assert (attempt.failure.kind if attempt.failure else None) is kind
+    assert attempt.signal == (signal.SIGTERM if why is Why.STOPPED else None)
+
+
+def failed(kind):
+    return Attempt(PLAN, Failure(kind, "r", "worker 0"))
+
+
+@pytest.mark.parametrize("kinds,max_restarts,step", [
+    ([None], 0, Step.FINISH),
+    ([Kind.EXIT], 0, Step.FINISH),
+    ([Kind.EXIT], 1, Step.RESTART),
+    ([Kind.EXIT, Kind.EXIT], 1, Step.FINISH),
+    ([Kind.PORT_TAKEN], 0, Step.RETRY_PORT),
+    ([Kind.PORT_TAKEN] * 3, 0, Step.FINISH),  # retried twice: the third is the end
+    ([Kind.PORT_TAKEN, Kind.EXIT], 1, Step.RESTART),  # a port retry is no restart
+    ([Kind.STOPPED], 5, Step.FINISH),
+])
+def test_next_step_is_the_control_loops_one_rule(kinds, max_restarts, step):
+    attempts = tuple(Attempt(PLAN) if k is None else failed(k) for k in kinds)
+    assert next_step(LaunchResult(attempts), max_restarts) is step
