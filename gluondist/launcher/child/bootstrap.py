@@ -7,8 +7,10 @@ failure prints its traceback, runs the script's ``atexit`` handlers (MXNet's own
 flushes every open file, and leaves with ``os._exit`` (code k, or 1), skipping that barrier;
 the launcher then stops the rest. Handlers and flushes get ``GLUONDIST_EXIT_GRACE`` seconds
 (10): then a timer thread leaves with the same code, and should the main thread hold the
-interpreter, SIGALRM (its default action) ends the process 3 s later. Success exits normally,
-through the barrier, which is what shuts the servers down.
+interpreter, SIGALRM (its default action) ends the process 3 s later. Success also leaves with
+``os._exit`` (0), after what a normal exit does and in its order: the script's threads joined,
+its atexit handlers and then MXNet's run, the kvstore freed (MXNet's exit barrier, which is what
+shuts the servers down), open files flushed. See :func:`_finish` for why not a normal exit.
 
 An uncaught exception is also written to ``GLUONDIST_ERROR_FILE`` (see errorfile.py), so the
 launcher reports it whole and by the time it happened. SIGUSR1 dumps every thread's Python stack
@@ -64,9 +66,71 @@ def _fail(code: int) -> None:
     notify = getattr(sys.modules.get("mxnet.base"), "_notify_shutdown", None)
     if notify is not None:  # it waits for the engine, which may wait for the servers
         atexit.unregister(notify)
-    atexit._run_exitfuncs()
+    _run_exitfuncs()
     _flush_open_files()
     _leave(code)
+
+
+def _run_exitfuncs() -> None:
+    """The atexit handlers, each error printed and passed over as at a normal exit."""
+    import atexit
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001 (3.8 and 3.9 re-raise the last error, printed already)
+        pass
+
+
+def _finish() -> None:
+    """Leave after the script finished (returned, or ``sys.exit(0)``) as ``python SCRIPT.py``
+    would, in the order of ``Py_FinalizeEx``, but never through interpreter shutdown.
+
+    Why (issue 28, point 7): MXNet passes its exit barrier and calls ``ps::Finalize``, which stops
+    and joins ps-lite's ZMQVan threads, only in the distributed kvstore's destructor, run when the
+    last reference to the Python ``KVStore`` goes. A closure the script leaves in a long-lived
+    module (``sys.excepthook = lambda *a: ...``, a wrapped ``os.fsync``) keeps the script's globals
+    alive, and so ``net`` -> ``Parameter._trainer`` -> ``Trainer._kvstore``: a cycle, which
+    CPython's shutdown leaks once it has cleared the modules (its last garbage collection comes
+    before). The kvstore is never freed, and C ``exit()`` then runs ``ps::Postoffice``'s static
+    destructor, which destroys the ZMQVan with its threads still joinable: ``std::terminate``
+    ("terminate called without an active exception"), SIGABRT, exit 134 after training ended.
+    So here the kvstore is freed explicitly and the process ends before any static destructor."""
+    import threading
+    threading._shutdown()  # what the interpreter calls first: waits for non-daemon threads
+    _run_exitfuncs()  # the script's handlers, then MXNet's _notify_shutdown (LIFO)
+    _flush_open_files()  # before the barrier too: the launcher may stop us while we wait there
+    code = 0
+    try:
+        _free_kvstores()
+    except Exception as exc:  # noqa: BLE001 (MXNetError; the process must end all the same)
+        sys.stderr.write(f"gluondist: freeing the kvstore at exit failed: {exc}\n")
+        code = 1
+    _flush_open_files()
+    _flush_c_stdio()
+    _leave(code)
+
+
+def _free_kvstores() -> None:
+    """Free every live distributed kvstore as its destructor would: MXNet's exit barrier, the
+    servers told to stop (by rank 0), ps-lite finalized."""
+    import gc
+    kv_class = getattr(sys.modules.get("mxnet.kvstore"), "KVStore", None)
+    if kv_class is None:
+        return
+    base = sys.modules["mxnet.base"]
+    for obj in gc.get_objects():
+        # type(), not isinstance(): that could call a user object's __class__ property
+        if issubclass(type(obj), kv_class) and obj.type.startswith("dist"):
+            handle, obj.handle = obj.handle, None  # a later __del__ frees NULL: nothing
+            base.check_call(base._LIB.MXKVStoreFree(handle))
+
+
+def _flush_c_stdio() -> None:
+    """What C ``exit()`` would write: stdio buffers of C code (``os._exit`` skips them)."""
+    import ctypes
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
 
 
 def _flush_open_files() -> None:
@@ -111,12 +175,11 @@ def main(argv) -> None:
             runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         code = exc.code
-        if code is None or code == 0:
-            return
-        if not isinstance(code, int):
-            sys.stderr.write(f"{code}\n")
-            code = 1
-        _fail(code)
+        if code is not None and code != 0:
+            if not isinstance(code, int):
+                sys.stderr.write(f"{code}\n")
+                code = 1
+            _fail(code)
     except BaseException as exc:  # KeyboardInterrupt included: the job is going down anyway
         when = time.time()
         # The launcher may be stopping the job because of a later failure it noticed first:
@@ -134,6 +197,7 @@ def main(argv) -> None:
                 sys.stderr.write(f"gluondist: cannot write the error file {path}: {err}\n")
         sys.stderr.write("".join(lines))
         _fail(1)
+    _finish()
 
 
 def _user_traceback(exc: BaseException) -> list:

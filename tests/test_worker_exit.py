@@ -1,0 +1,44 @@
+"""A worker's exit after its script finished, through the bootstrap (issue 28, point 7).
+
+A closure left in a long-lived module kept the kvstore alive past Python's shutdown, so MXNet
+never passed its exit barrier and ps-lite's static destructor aborted the worker (exit 134)
+after training ended. Each job here is a real 2-worker fit under the launcher."""
+import json
+import uuid
+
+import numpy as np
+import pytest
+
+from conftest import SCRIPTS, TAG, kill_tagged
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("kind", ["excepthook", "fsync"])
+def test_a_closure_left_in_a_long_lived_module_still_ends_the_job_cleanly(kind, tmp_path,
+                                                                         monkeypatch):
+    import gluondist
+
+    tag = uuid.uuid4().hex
+    monkeypatch.chdir(tmp_path)
+    try:
+        result = gluondist.launch(str(SCRIPTS / "closure_job.py"), kind, num_workers=2,
+                                  num_servers=1, env={TAG: tag}, echo=False)
+    finally:
+        stray = kill_tagged(tag)
+    logs = "\n".join(f"[{label}] {line}" for label, lines in result.logs.items()
+                     for line in lines)
+    assert "terminate called" not in logs
+    assert result.exit_code == 0, logs
+    # the servers and scheduler ended by themselves: the workers passed MXNet's exit barrier
+    assert result.stopped == (), logs
+    params = [np.load(tmp_path / f"params.{rank}.npz") for rank in (0, 1)]
+    assert sorted(params[0]) == sorted(params[1])
+    assert all(np.array_equal(params[0][k], params[1][k]) for k in params[0])  # dist_sync
+    for rank in (0, 1):
+        history = json.loads((tmp_path / f"history.{rank}.json").read_text())
+        assert len(history["loss"]) == 2 and all(np.isfinite(history["loss"]))
+        assert (tmp_path / f"atexit.{rank}").read_text() == "ran"  # the script's handler
+        assert (tmp_path / f"thread.{rank}").read_text() == "joined"  # its thread waited for
+        assert (tmp_path / f"buffered.{rank}").read_text() == "buffered"  # its open file
+    assert stray == []
