@@ -35,6 +35,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from ._mx import mx
+from .kv.sampling import SEEDS
 from .parallel import assign
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class RunState:
     @staticmethod
     def validate(state: dict, need) -> None:
         """Every field fit reads, of the type and range it needs (``need(ok, what)`` raises)."""
-        need(_int(state.get("seed"), 0, 2 ** 31 - 1), "seed")
+        need(_int(state.get("seed"), 0, SEEDS - 1), "seed")
         need(isinstance(state.get("signature"), list), "signature")
         history = state.get("history")
         need(isinstance(history, dict) and all(

@@ -65,7 +65,8 @@ def test_an_unknown_backend_is_one_line():
 
 @pytest.mark.parametrize("action,code,kind,reason", [
     (("exit", "3", "1"), 3, Kind.EXIT, "exit code 3"),
-    (("kill", "SIGTERM", "1"), 128 + 15, Kind.SIGNAL, "killed by SIGTERM"),
+    (("kill", "SIGKILL", "1"), 128 + 9, Kind.SIGNAL,
+     "killed by SIGKILL (often the out-of-memory killer: see `dmesg`)"),
     (("raise", "1"), 1, Kind.EXIT, "exit code 1"),
 ])
 def test_a_failing_worker_is_named_first_and_the_rest_stopped(tmp_path, fake, action, code,
@@ -76,7 +77,8 @@ def test_a_failing_worker_is_named_first_and_the_rest_stopped(tmp_path, fake, ac
     assert (result.exit_code, f.kind, f.label, f.host, f.reason) == (code, kind, "worker 1",
                                                                      "h1", reason)
     assert "worker 1 on h1 failed first: " + reason in notes[0]
-    assert set(result.stopped) == {"scheduler", "server 0", "worker 0"}
+    assert result.stopped == ("scheduler", "server 0", "worker 0")
+    assert "gluondist: stopped scheduler, server 0, worker 0" in notes
     assert notes[-1] == f"gluondist: exit code {code}"
     if action[0] == "raise":
         assert f.from_error_file and f.traceback[-1] == "RuntimeError: worker 1 failed on purpose"
@@ -91,10 +93,16 @@ def test_a_restart_runs_the_job_again_and_counts_only_restarts(tmp_path, fake):
     assert notes[-1] == "gluondist: succeeded after 1 restart(s)"
 
 
-def test_restarts_run_out(tmp_path, fake):
-    result, notes = run(tmp_path, "exit", "3", "0,1", max_restarts=1)
+def test_restarts_run_out_and_only_the_end_reads_like_one(tmp_path, fake):
+    result, notes = run(tmp_path, "exit", "3", "1", max_restarts=1)
     assert result.exit_code == 3 and len(result.attempts) == 2 and len(result.restarts) == 1
-    assert "gluondist: no restart left: all 1 of --max-restarts used" in notes
+    split = notes.index("gluondist: restarting the job (1 of 1)")
+    first, last = notes[:split], notes[split + 1:]
+    assert first[0] == "gluondist: attempt 1 failed: worker 1 on h1 failed first: exit code 3"
+    assert not any("exit code" in line for line in first[1:])  # nothing reads like the end
+    assert last[0] == "gluondist: worker 1 on h1 failed first: exit code 3"
+    assert last[-2:] == ["gluondist: no restart left: all 1 of --max-restarts used",
+                         "gluondist: exit code 3"]
 
 
 def test_a_lost_host_is_named_and_left_out_of_the_restart(tmp_path, fake):
@@ -138,10 +146,11 @@ def test_a_taken_port_is_retried_on_another_and_is_no_restart(tmp_path, fake):
 
 
 def test_a_job_that_does_not_form_in_time_names_who_did_not_join(tmp_path, fake):
-    result, notes = run(tmp_path, "nojoin", start_timeout=1.5)
+    result, notes = run(tmp_path, "nojoin", "1", start_timeout=1.5)
     assert result.exit_code == 1 and result.failure.kind is Kind.START_TIMEOUT
-    assert notes[0].startswith("gluondist: the job did not form within 1.5s: worker 0, "
-                               "worker 1 did not join")
+    assert notes[0] == ("gluondist: the job did not form within 1.5s: worker 1 did not join "
+                        "(never started a kvstore); raise --start-timeout if start-up is just "
+                        "slow")
 
 
 def test_a_stall_stops_the_job_with_every_workers_stack(tmp_path, fake):
@@ -150,6 +159,22 @@ def test_a_stall_stops_the_job_with_every_workers_stack(tmp_path, fake):
     assert sorted(result.stall.stacks) == ["worker 0", "worker 1"]
     assert any("fake_worker.py" in line for line in result.stall.stacks["worker 0"])
     assert notes[-1] == "gluondist: exit code 124 (stalled)"
+
+
+def test_a_worker_without_heartbeat_is_judged_by_its_cpu(tmp_path, fake):
+    result, notes = run(tmp_path, "quiet", "1", stall_timeout=1.5)
+    assert result.exit_code == 124  # worker 1 sleeps; worker 0 waits for it, idle too
+    assert all(" (no heartbeat; CPU idle for " in w for w in result.stall.workers)
+    assert any('fake_worker.py", line' in l for l in result.stall.stacks["worker 1"])
+
+
+@pytest.mark.parametrize("action", [("beat", "3"), ("busy", "4"), ("late", "3.5")])
+def test_progress_or_a_slow_start_is_not_a_stall(tmp_path, fake, action):
+    # heartbeats, CPU time without them (sampled each second: the timeout is over two
+    # samples), or a start slower than the timeout (a data download: --start-timeout's
+    # business, the stall clock starts once the job formed)
+    result, notes = run(tmp_path, *action, stall_timeout=2.5)
+    assert result.exit_code == 0, notes
 
 
 def test_a_stop_request_stops_every_process_and_is_raised(tmp_path, fake):

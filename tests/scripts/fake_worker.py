@@ -2,8 +2,10 @@
 run under gluondist's real bootstrap. It joins the fake job (fake_node.py) unless the ACTION is
 ``nojoin``, does its ACTION, then says it is done. Actions, each with worker ranks in ``on``:
 ``ok``; ``exit CODE ON``; ``raise ON``; ``kill SIG ON`` (kills itself); ``hang ON`` (beats
-the heartbeat 3 times, then sleeps); ``nojoin`` (never joins); ``flaky CODE ON`` (exits CODE on
-the first attempt, succeeds on a restart); ``sleep SECONDS``."""
+the heartbeat 3 times, then sleeps); ``nojoin ON`` (never joins); ``flaky CODE ON`` (exits CODE on
+the first attempt, succeeds on a restart); ``sleep SECONDS``; ``beat SECONDS`` (a heartbeat
+every 0.1 s); ``busy SECONDS`` (CPU, no heartbeat); ``quiet ON`` (no heartbeat, idle forever);
+``late SECONDS`` (joins that late)."""
 import os
 import signal
 import sys
@@ -23,7 +25,10 @@ def mine(ranks: str) -> bool:
     return str(rank) in ranks.split(",")
 
 
-if action != "nojoin":
+if action == "late":
+    time.sleep(float(args[0]))
+never = action == "nojoin" and mine(args[0])
+if not never:
     fake_node.join()
 print(f"worker {rank} running {action}", flush=True)
 if action == "exit" and mine(args[1]):
@@ -38,8 +43,15 @@ if action == "hang" and mine(args[0]):
     for _ in range(3):
         heartbeat.beat()
     time.sleep(600)
-if action in ("nojoin", "hang"):
+if never or action == "hang":
     time.sleep(600)
 if action == "sleep":
     time.sleep(float(args[0]))
+if action == "quiet" and mine(args[0]):
+    time.sleep(600)
+end = time.monotonic() + (float(args[0]) if action in ("beat", "busy") else 0)
+while time.monotonic() < end:
+    if action == "beat":
+        heartbeat.beat()
+        time.sleep(0.1)
 fake_node.done()
