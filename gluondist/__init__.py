@@ -9,9 +9,9 @@ __version__ = "0.1.0"
 INSTALL_HINT = (
     "pip install 'gluondist[cpu]' (CPU) or 'gluondist[cu117]' (CUDA 11.7; see README for others)"
 )
-__all__ = ["fit", "launch", "LaunchOptions", "History", "Callback", "EarlyStopping",
-           "ProgressBar", "EpochLogger", "Checkpointer", "SaveBest", "CSVLogger", "TensorBoard",
-           "evaluate", "predict", "kvstore", "parallel", "recipes", "checkpoint"]
+__all__ = ["fit", "launch", "LaunchOptions", "LaunchResult", "History", "Callback",
+           "EarlyStopping", "ProgressBar", "EpochLogger", "Checkpointer", "SaveBest", "CSVLogger",
+           "TensorBoard", "evaluate", "predict", "kvstore", "parallel", "recipes", "checkpoint"]
 
 _LAZY = {
     "fit": ("gluondist.training.loop", "fit"),
@@ -28,6 +28,7 @@ _LAZY = {
     "predict": ("gluondist.training.evaluation", "predict"),
     "launch": ("gluondist.launcher.api", "launch"),
     "LaunchOptions": ("gluondist.launcher.options", "LaunchOptions"),
+    "LaunchResult": ("gluondist.launcher.outcome", "LaunchResult"),
     "kvstore": ("gluondist.kvstore", None),
     "parallel": ("gluondist.parallel", None),
     "recipes": ("gluondist.recipes", None),

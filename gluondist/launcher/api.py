@@ -19,10 +19,13 @@ def launch(command: Union[str, Sequence[str]], *args: str, num_workers: int = 1,
     ``gluondist launch``: the same options (``more`` takes the rest of LaunchOptions' fields,
     such as ``gpus_per_worker``), the same console, the same reports.
 
-    Returns a LaunchResult: ``exit_code`` (0, the first failing worker's code, 128+N for signal
-    N, 124 for a stall), ``failure`` (who failed first and why, with its traceback or last
-    lines), ``others`` (later failures), ``stall`` (the workers' stacks when it stalled),
-    ``restarts`` (the failures restarted from) and ``logs`` (every output line of each process,
+    Returns a LaunchResult: ``exit_code`` (0; else the failing process's own code, 128+N for
+    signal N, 75 for a lost host, 124 for a stall, 1 for a start timeout: see
+    ``outcome.Failure.exit_code``), ``failure`` (who failed first and why, its ``kind`` an
+    ``outcome.Kind``, with its traceback or last lines), ``others`` (later failures),
+    ``stall`` (the workers' stacks when it stalled), ``attempts`` (every start of the job, each
+    with its plan, failure and worker count), ``restarts`` (the failures restarted from) and
+    ``logs`` (every output line of each process,
     ps-lite's included, by label such as ``'worker 0'``; a restarted job's lines follow the
     failed attempt's). ``echo`` shows what the CLI shows: output lines prefixed with the
     process on stdout, the launcher's notes and reports on stderr. Raises LaunchError for bad

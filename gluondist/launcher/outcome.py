@@ -148,7 +148,13 @@ class Attempt:
 class LaunchResult:
     """What a job came to: every attempt (restarts and port retries included), the last one
     deciding; ``logs`` holds every output line of each process by label when the session
-    keeps them. The one result both ``gluondist launch`` and ``gluondist.launch()`` get."""
+    keeps them. The one result both ``gluondist launch`` and ``gluondist.launch()`` get.
+
+    Each :class:`Attempt` has its ``plan`` (every process and where it ran), ``workers``, its
+    ``failure`` (a :class:`Failure`: ``kind``, a :class:`Kind`; ``label``, the process, or ""
+    for the job as a whole; ``host``, ``reason``, ``traceback`` or ``tail``), ``others``
+    (later failures), ``stall``, ``stopped`` and ``exit_code``; the properties below read
+    the last attempt's."""
 
     attempts: Tuple[Attempt, ...]
     logs: Dict[str, List[str]] = field(default_factory=dict)
