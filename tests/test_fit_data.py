@@ -156,11 +156,58 @@ def test_a_dataloaders_sampler_is_never_silently_dropped(small):
     dataset = mx.gluon.data.ArrayDataset(X, y)
     subset = mx.gluon.data.DataLoader(dataset, batch_size=10,
                                       sampler=mx.gluon.data.SequentialSampler(50))
-    with pytest.raises(ValueError, match="picks 50 of the dataset's 400 samples"):
+    with pytest.raises(ValueError, match=r"\(SequentialSampler\) draws 50 indices covering 50 "
+                                         "of the dataset's 400 samples"):
         fit_mlp(subset)
     custom = mx.gluon.data.DataLoader(dataset, batch_sampler=[[0, 1], [2, 3]])
     with pytest.raises(ValueError, match="cannot follow a custom batch_sampler"):
         fit_mlp(custom)
+
+
+class Drawn(mx.gluon.data.Sampler):
+    """A sampler of a user's own kind, drawing the indices it is given."""
+
+    def __init__(self, indices):
+        self.indices = list(indices)
+
+    def __iter__(self):
+        return iter(self.indices)
+
+    def __len__(self):
+        return len(self.indices)
+
+
+def test_a_sampler_of_any_kind_that_draws_every_sample_once_is_an_order_fit_replaces(small):
+    (X, y), _ = small
+    dataset = mx.gluon.data.ArrayDataset(X, y)
+    backwards = mx.gluon.data.DataLoader(dataset, batch_size=40,
+                                         sampler=Drawn(reversed(range(len(X)))))
+    net, h = fit_mlp(backwards, epochs=2, seed=3)
+    _, h_same = fit_mlp(mx.gluon.data.DataLoader(dataset, batch_size=40), epochs=2, seed=3)
+    assert h.history["loss"] == h_same.history["loss"]  # fit's own order, whatever the sampler's
+
+
+@pytest.mark.parametrize("indices, says", [
+    (list(range(399)) + [0], "draws 400 indices covering 399 of the dataset's 400 samples"),
+    (list(range(400)) * 2, "draws more than 400 indices covering 400 of"),
+    (list(range(1, 401)), "draws 400 indices covering 399 of"),  # 400 is past the end
+])
+def test_a_sampler_that_repeats_or_leaves_out_samples_is_refused_saying_so(small, indices, says):
+    (X, y), _ = small
+    loader = mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(X, y), batch_size=40,
+                                      sampler=Drawn(indices))
+    with pytest.raises(ValueError, match=f"^train_data: the DataLoader's sampler \\(Drawn\\) "
+                                         f"{says}.*once per epoch"):
+        fit_mlp(loader)
+
+
+def test_a_sampler_that_draws_no_indices_is_refused_in_one_line(small):
+    (X, y), _ = small
+    loader = mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(X, y), batch_size=40,
+                                      sampler=Drawn(["a"] * 400))
+    with pytest.raises(ValueError, match=r"^train_data: the DataLoader's sampler \(Drawn\) does "
+                                         "not draw sample indices"):
+        fit_mlp(loader)
 
 
 def test_a_validation_loader_keeps_last_batch_discard(small):

@@ -8,6 +8,7 @@ processes or threads, fed with this worker's share of every global batch.
 """
 from __future__ import annotations
 
+import itertools
 import warnings
 import zlib
 from typing import Iterator, List, Optional, Sequence
@@ -273,17 +274,37 @@ def check_kind(data, name: str) -> None:
 
 def _check_sampler(batch_sampler, length: int, name: str) -> None:
     """fit makes every worker's batches itself, from the whole dataset: refuse a DataLoader
-    whose sampler means something fit would silently drop (a subset, a custom batching)."""
+    whose sampler means something fit would silently drop (a subset, repeats, a custom
+    batching). A sampler of any kind that draws every sample once is only an order: fit takes
+    its own, as for MXNet's Random and Sequential samplers."""
     if not isinstance(batch_sampler, mx.gluon.data.BatchSampler):
         raise ValueError(f"{name}: fit makes the batches itself (the same on every worker) and "
                          f"cannot follow a custom batch_sampler ({type(batch_sampler).__name__});"
                          " give the DataLoader a batch_size instead")
     inner = batch_sampler._sampler
-    if len(inner) != length or not isinstance(
-            inner, (mx.gluon.data.RandomSampler, mx.gluon.data.SequentialSampler)):
-        raise ValueError(f"{name}: the DataLoader's sampler ({type(inner).__name__}) picks "
-                         f"{len(inner)} of the dataset's {length} samples, but fit reads all of "
-                         "them in its own order; pass a dataset of just the samples to use")
+    if isinstance(inner, (mx.gluon.data.RandomSampler, mx.gluon.data.SequentialSampler)) and \
+            len(inner) == length:
+        return
+    drawn = _drawn(inner, length, name)
+    inside = drawn[(drawn >= 0) & (drawn < length)]
+    if len(drawn) == length and len(np.unique(inside)) == length:
+        return
+    more = "more than " if len(drawn) > length else ""
+    raise ValueError(f"{name}: the DataLoader's sampler ({type(inner).__name__}) draws "
+                     f"{more}{min(len(drawn), length)} indices covering {len(np.unique(inside))} "
+                     f"of the dataset's {length} samples, but fit reads every sample once per "
+                     "epoch, in its own order; pass a dataset of just the samples to use (and "
+                     "sample_weight or class_weight to weigh them)")
+
+
+def _drawn(sampler, length: int, name: str) -> np.ndarray:
+    """The indices one pass of ``sampler`` draws (at most ``length + 1``: it may be endless)."""
+    try:
+        return np.fromiter(itertools.islice(iter(sampler), length + 1), dtype=np.int64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: the DataLoader's sampler ({type(sampler).__name__}) does not "
+                         f"draw sample indices ({exc}); give the DataLoader a batch_size and "
+                         "shuffle instead") from exc
 
 
 def _dataset_source(dataset, name, batchify_fn, loader, last_batch, class_weight, labelled):
