@@ -166,7 +166,8 @@ class FitArgs:
         None, f"The optimizer's settings (fit trains with a copy), plus `{CLIP_KEY}`: clip the "
               "mean gradient to that 2-norm.", _optional(_optimizer_params))
     epochs: int = _arg(
-        1, "Epochs to train; a resumed run counts those it trained before.", _count(0))
+        1, "Epochs to train; a resumed run counts those it trained before; 0 trains nothing "
+           "(the History is empty).", _count(0))
     batch_size: Optional[int] = _arg(
         None, "Samples per worker and step, split across the devices; None: the DataLoader's, "
               f"else {DEFAULT_BATCH_SIZE}, at most each worker's share of the samples.",
@@ -194,8 +195,9 @@ class FitArgs:
         True, "Continue after the newest complete checkpoint in `checkpoint_dir`; False: start "
               "a fresh run there.", _flag)
     progress: Optional[bool] = _arg(
-        None, "True: a progress bar, False: a log line per epoch; None: a bar when "
-              "interactive.", _flag_or_none)
+        None, "True: a progress bar; False: neither bar nor line; None: a bar in a terminal "
+              "or notebook, else a line per epoch (worker 0's, on stderr unless logging shows "
+              "it).", _flag_or_none)
     seed: Optional[int] = _arg(
         None, f"An integer {SEED_RANGE} that makes the run reproducible; None: a new one (in a "
               "job, the same on every worker).", _optional(_seed))

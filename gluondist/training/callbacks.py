@@ -12,6 +12,7 @@ import math
 from typing import Dict, List, Optional, Sequence
 
 from .. import heartbeat
+from .console import say
 from .timing import KEYS as SPLIT_KEYS
 
 log = logging.getLogger(__name__)
@@ -250,16 +251,17 @@ class ProgressBar(Callback):
 
 
 class EpochLogger(Callback):
-    """One ``logging`` line per epoch from worker 0 (``logging.basicConfig(level=INFO)`` shows
-    it; a launched worker shows it by default). ``time_split=True`` adds where the epoch's
-    time went (waiting for data, computing, waiting for the kvstore)."""
+    """One line per epoch from worker 0 (``epoch 3/15: loss=...``), what fit shows without a
+    terminal: logged at INFO on the ``gluondist`` logger, and on stderr too when logging would
+    not show it (see :mod:`~gluondist.training.console`). ``time_split=True`` adds where the
+    epoch's time went (waiting for data, computing, waiting for the kvstore)."""
 
     def __init__(self, time_split: bool = False):
         self.time_split = time_split
 
     def on_epoch_end(self, run, epoch, logs):
         if run.rank == 0:
-            log.info("epoch %d/%d: %s", epoch + 1, run.epochs, format_logs(logs, self.time_split))
+            say(log, f"epoch {epoch + 1}/{run.epochs}: {format_logs(logs, self.time_split)}")
 
 
 class Checkpointer(Callback):

@@ -54,8 +54,11 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
 
     ``checkpoint_dir``: after each epoch worker 0 writes a checkpoint (see
     :mod:`gluondist.checkpoint`); with ``resume`` a later call continues after the last complete
-    epoch, and ``resume=False`` starts a fresh run there. ``seed`` makes the run reproducible.
-    ``progress``: True/False, or None for a bar only when interactive (else a log line).
+    epoch (saying so in one line), and ``resume=False`` starts a fresh run there. ``seed`` makes
+    the run reproducible. ``progress``: True a bar, False nothing, None (the default) a bar in
+    a terminal or notebook, else one line per epoch: logged at INFO on the ``gluondist`` logger,
+    and on stderr too when logging would not show it (worker 0 only). ``epochs=0`` trains
+    nothing and returns an empty History.
     ``terminate_on_nan``: a NaN or infinite training loss raises FloatingPointError.
     ``accumulate=k``: one update every k batches with the sum of their gradients (as a batch
     k times larger). Several inputs or outputs: ``((X1, X2), (y1, y2))``, ``loss=[l1, l2]``,

@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 from .._mx import mx
 from .callbacks import Callback
 from .checks import check_writable_file
+from .console import say
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +83,8 @@ class EarlyStopping(_Monitor, Callback):
         early trains no further: it ends where the uninterrupted run ended."""
         if self._restored and self.stopped_epoch is not None:
             run.stop_training = True
-            log.info("early stopping had stopped this run at epoch %d; nothing to train "
-                     "(resume=False starts a fresh run)", self.stopped_epoch + 1)
+            say(log, f"early stopping had stopped this run at epoch {self.stopped_epoch + 1}; "
+                     "nothing to train (resume=False starts a fresh run)")
         elif not self._restored:
             self.best, self.wait, self.stopped_epoch = None, 0, None
             self.best_weights, self.best_epoch = None, None
@@ -100,8 +101,8 @@ class EarlyStopping(_Monitor, Callback):
         if self.wait >= max(self.patience, 1):  # as Keras: the patience-th epoch stops
             self.stopped_epoch = epoch
             run.stop_training = True
-            log.info("early stopping at epoch %d: %s did not improve on %.6g for %d epoch(s)",
-                     epoch + 1, self.monitor, self.best, self.wait)
+            say(log, f"early stopping at epoch {epoch + 1}: {self.monitor} did not improve on "
+                     f"{self.best:.6g} for {self.wait} epoch(s)")
 
     def on_train_end(self, run):
         if self.restore_best_weights and self.best_weights is not None:

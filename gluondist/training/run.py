@@ -4,6 +4,7 @@ with the other workers, make the trainer."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import random
 import sys
@@ -18,7 +19,10 @@ from ..kv.sampling import SEEDS
 from .callbacks import (CallbackList, Checkpointer, EpochLogger, Heartbeat, History, ProgressBar,
                         StopAgreement)
 from .config import FitConfig
+from .console import say
 from .evaluation import SHARD_HINT, differences
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -89,7 +93,24 @@ def start(cfg: FitConfig) -> LoopState:
     if ckpt is not None:
         checkpoint.restore_trainer(ckpt, trainer)
         ckpt.state.apply(run, ckpt.callback_arrays)
+    if rank == 0:
+        _announce(run, cfg.checkpoint_dir if ckpt is not None else None)
     return LoopState(config=cfg, run=run, step=step, sampler=sampler)
+
+
+def _announce(run: Run, resumed_from: Optional[str]) -> None:
+    """One line when this call does not train a fresh run's epochs: a resume (running the same
+    cell twice resumes), or nothing to train."""
+    if resumed_from is None:
+        if run.epochs == 0:
+            say(log, "fit: epochs=0: nothing to train (the History returned is empty)")
+    elif run.start < run.epochs:
+        say(log, f"fit: resuming from {resumed_from} after epoch {run.start} of {run.epochs} "
+                 "(resume=False starts over)")
+    else:
+        say(log, f"fit: the run in {resumed_from} had already trained {run.start} epoch(s) "
+                 f"(epochs={run.epochs}): nothing to train; raise epochs to train on, or pass "
+                 "resume=False to start over")
 
 
 def _agree(cfg: FitConfig, start: int) -> None:
@@ -164,8 +185,11 @@ def _callback_list(cfg: FitConfig) -> CallbackList:
     has = lambda kind: any(isinstance(cb, kind) for cb in mine)
     before, after = [], [StopAgreement()]
     if not has(ProgressBar) and not has(EpochLogger):
-        bar = cfg.args.progress if cfg.args.progress is not None else _interactive()
-        before.append(ProgressBar() if bar else EpochLogger())
+        progress = cfg.args.progress
+        if progress is None:  # as Keras: a bar in a terminal or notebook, else a line per epoch
+            before.append(ProgressBar() if _interactive() else EpochLogger())
+        elif progress:
+            before.append(ProgressBar())
     if not has(History):
         after.append(History())
     if not has(Heartbeat):
