@@ -1,46 +1,51 @@
-"""Every code block of the README and the docs pages runs here, or says on the line before it
-why not (`<!-- not run: REASON -->`, naming the test that runs the same command where one
-does). The Python blocks of a page run in order in one namespace, on tiny data."""
+"""Every code block of the README, CONTRIBUTING.md and the docs pages runs: the Python blocks
+of a page here, in order, in one namespace; any other block in the test its marker names, which
+reads the block from the page and runs it as it is (`<!-- run by: tests/x.py::test_y -->`), or
+the line before it says why none does (`<!-- not run: REASON -->`; see tests/docpages.py)."""
+import ast
 import inspect
 import re
 
 import numpy as np
 import pytest
 from conftest import ROOT
-
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
-MARK = re.compile(r"<!-- not run: (.+?) -->\s*\Z", re.S)
-TEST_REF = re.compile(r"tests/(\w+\.py)(?:::(\w+))?")
-PAGES = sorted(p.relative_to(ROOT).as_posix() for p in [ROOT / "README.md",
-                                                        *(ROOT / "docs").rglob("*.md")])
+from docpages import PAGES, TEST_REF, FENCE, blocks
 
 
-def blocks(page):
-    """[(language, code, reason or None)] of a page, in order."""
-    text = (ROOT / page).read_text()
-    found = []
-    for m in FENCE.finditer(text):
-        before = text[:m.start()].rstrip("\n").rsplit("\n", 1)[-1]
-        mark = MARK.search(before + "\n")
-        found.append((m.group(1), m.group(2), mark.group(1) if mark else None))
-    if page == "README.md":  # its two commands: tests/test_docs.py and CI itself run them
-        assert found[0][1].count("\n") == 2 and "pytest" in found[0][1]
-        found[0] = (found[0][0], found[0][1], "tests/test_docs.py::test_ci_runs_the_readme_test_"
-                    "command, tests/test_examples.py::test_digits_under_the_launcher_reaches_95_"
-                    "percent")
+def function_source(name: str, test: str) -> str:
+    tree = ast.parse((ROOT / "tests" / name).read_text())
+    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == test]
+    assert found, f"no test {name}::{test}"
+    return ast.get_source_segment((ROOT / "tests" / name).read_text(), found[0])
+
+
+def marked(page):
+    """The page's blocks; the README's two commands are run by CI itself (.ci/run) and by the
+    example's test, which tests/test_docs.py keeps the same."""
+    found = blocks(page)
+    if page == "README.md":
+        assert found[0].code.count("\n") == 2 and "pytest" in found[0].code
+        found[0] = found[0].__class__(page, found[0].language, found[0].code, "not run", (
+            "tests/test_docs.py::test_ci_runs_the_readme_test_command, tests/test_examples.py::"
+            "test_digits_under_the_launcher_reaches_95_percent"))
     return found
 
 
 @pytest.mark.parametrize("page", PAGES)
 def test_every_block_runs_or_says_why_not(page):
-    for language, code, reason in blocks(page):
-        where = f"{page}: the block starting {code.splitlines()[0]!r}"
-        if reason is None:
-            assert language == "python", f"{where}: run it (python) or mark it not run, and why"
+    for b in marked(page):
+        if b.mark is None:
+            assert b.language == "python", f"{b.where}: run it (python) or mark it, and why"
             continue
-        for name, test in TEST_REF.findall(reason):
+        refs = TEST_REF.findall(b.reason)
+        for name, test in refs:
             source = (ROOT / "tests" / name).read_text()  # a missing file fails here
-            assert not test or f"def {test}(" in source, f"{where}: no test {name}::{test}"
+            assert not test or f"def {test}(" in source, f"{b.where}: no test {name}::{test}"
+        if b.mark == "run by":
+            assert len(refs) == 1 and refs[0][1], f"{b.where}: name one test, file::function"
+            body = function_source(*refs[0])
+            assert f'"{page}"' in body and "docpages." in body, \
+                f"{b.where}: {refs[0][0]}::{refs[0][1]} does not read it from {page}"
     text = re.sub(FENCE, "", (ROOT / page).read_text())
     indented = re.findall(r"\n\n( {4,}\S.*)", text)
     assert not indented, f"{page}: an indented code block; fence it: {indented[0]!r}"
@@ -56,9 +61,9 @@ def data(digits):
 
 def run_page(page, namespace):
     ran = 0
-    for language, code, reason in blocks(page):
-        if reason is None:
-            exec(compile(code, f"{page} block {ran}", "exec"), namespace)
+    for b in marked(page):
+        if b.mark is None:
+            exec(compile(b.code, f"{page} block {ran}", "exec"), namespace)
             ran += 1
     return ran
 
@@ -79,8 +84,8 @@ def test_the_fit_pages_blocks_run(data, tmp_path, monkeypatch):
     assert namespace["probs"].shape == (16, 10)
     assert (tmp_path / "best.params").is_file()
     # the checkpoint layout the page draws: the files of the newest checkpoint are named there
-    layout = next(code for _, code, reason in blocks("docs/fit.md")
-                  if reason and "directory layout" in reason)
+    layout = next(b.code for b in blocks("docs/fit.md")
+                  if b.reason and "directory layout" in b.reason)
     newest = max((tmp_path / "ckpt").glob("ckpt-*"))
     written = {p.name for p in newest.iterdir()}
     assert {"net.params", "trainer.states", "state.json"} <= written
@@ -90,8 +95,8 @@ def test_the_fit_pages_blocks_run(data, tmp_path, monkeypatch):
 
 def test_the_signature_on_the_fit_page_is_fits():
     from gluondist.training.loop import fit
-    code = next(code for _, code, reason in blocks("docs/fit.md")
-                if reason and "the signature" in reason)
+    code = next(b.code for b in blocks("docs/fit.md")
+                if b.reason and "the signature" in b.reason)
     shown = re.sub(r"\s+", " ", code.strip())
     params = ", ".join(p.name if p.default is p.empty else f"{p.name}={p.default!r}"
                        for p in inspect.signature(fit).parameters.values())

@@ -3,6 +3,7 @@ n1 at 127.0.0.1 and n2 at 127.0.0.2) on this machine, started here, submitting t
 template from launch/slurm/."""
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -12,6 +13,7 @@ import uuid
 
 import pytest
 
+import docpages
 from conftest import ROOT, SCRIPTS, TAG, tagged_pids, wait_until
 from gluondist.launcher.session import free_ports
 
@@ -88,23 +90,29 @@ def sbatch(slurm, tmp_path, script_args, workers=2):
     tag = uuid.uuid4().hex
     exports = {"GLUONDIST": GLUONDIST, "WORKERS": str(workers), "SCRIPT": str(SCRIPTS / "job.py"),
                "SCRIPT_ARGS": script_args, TAG: tag}
-    proc = subprocess.run(["sbatch", "--parsable", f"--chdir={tmp_path}",
-                           f"--output={tmp_path}/out.txt",
-                           "--export=ALL," + ",".join(f"{k}={v}" for k, v in exports.items()),
-                           TEMPLATE], env=slurm, capture_output=True, text=True, timeout=60)
+    code, final = submit(["sbatch", "--parsable", f"--chdir={tmp_path}",
+                          f"--output={tmp_path}/out.txt",
+                          "--export=ALL," + ",".join(f"{k}={v}" for k, v in exports.items()),
+                          TEMPLATE], slurm)
+    return code, (tmp_path / "out.txt").read_text(), final, tag
+
+
+def submit(argv, env, cwd=None):
+    """Submit with ``argv`` (an sbatch command), wait for the job to end; its exit code and
+    ``scontrol show job``'s last word on it."""
+    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    job = proc.stdout.strip().split(";")[0]
+    job = re.search(r"(\d+)", proc.stdout)[1]  # `Submitted batch job N`, or --parsable's N
 
     def state():
-        return subprocess.run(["scontrol", "show", "job", job], env=slurm, capture_output=True,
+        return subprocess.run(["scontrol", "show", "job", job], env=env, capture_output=True,
                               text=True).stdout
 
     # polled here rather than by `sbatch --wait`, whose polls back off to half a minute apart
     assert wait_until(lambda: re.search(r"JobState=(?!PENDING|RUNNING|COMPLETING|CONFIGURING)",
                                         state()), 300, interval=0.5, message="the job to end")
     final = state()
-    code = int(re.search(r"ExitCode=(\d+):", final)[1])
-    return code, (tmp_path / "out.txt").read_text(), final, tag
+    return int(re.search(r"ExitCode=(\d+):", final)[1]), final
 
 
 def test_a_two_node_job_completes(slurm, tmp_path):
@@ -114,6 +122,25 @@ def test_a_two_node_job_completes(slurm, tmp_path):
     assert "[worker 0] worker 0 on 127.0.0.2 pulled 3" in out  # one worker on each node
     assert "[worker 1] worker 1 on 127.0.0.1 pulled 3" in out
     assert {p.name for p in tmp_path.glob("*.done")} == {"0.done", "1.done"}
+    assert wait_until(lambda: not tagged_pids(tag), 15) is True
+
+
+def test_the_docs_sbatch_command_runs_four_workers_on_two_nodes(slurm, tmp_path):
+    """docs/multi-host.md's command, as it is, from a directory holding train.py and the
+    template; `gluondist` is the one on PATH, as in the virtual environment a user activated."""
+    [command] = docpages.commands(docpages.block("docs/multi-host.md", "sbatch "))
+    (tmp_path / "launch" / "slurm").mkdir(parents=True)
+    shutil.copy(TEMPLATE, tmp_path / "launch" / "slurm")
+    shutil.copy(SCRIPTS / "job.py", tmp_path / "train.py")  # 3 dist_sync rounds, <rank>.done
+    tag = uuid.uuid4().hex
+    env = {**slurm, TAG: tag, "PATH": f"{os.path.dirname(sys.executable)}:{slurm['PATH']}"}
+    code, state = submit(shlex.split(command), env, cwd=tmp_path)
+    out = next(tmp_path.glob("gluondist-*.out")).read_text()
+    assert code == 0 and "JobState=COMPLETED" in state, out
+    # two workers on each node, worker 0 on the node of the highest address (docs/concepts.md)
+    for rank, node in ((0, "127.0.0.2"), (1, "127.0.0.2"), (2, "127.0.0.1"), (3, "127.0.0.1")):
+        assert f"[worker {rank}] worker {rank} on {node} pulled 10" in out, out
+    assert {p.name for p in tmp_path.glob("*.done")} == {f"{r}.done" for r in range(4)}
     assert wait_until(lambda: not tagged_pids(tag), 15) is True
 
 

@@ -1,0 +1,63 @@
+"""The code blocks of the README, CONTRIBUTING.md and the docs pages, as the tests read them.
+
+A block is run by tests/test_doc_blocks.py (Python, in order, in one namespace), or the line
+before it says which test runs it or why none does:
+
+    <!-- run by: tests/test_x.py::test_y -->   that test reads this very block with block()
+                                               and runs it as it is (test_doc_blocks checks
+                                               that the test exists and reads this page)
+    <!-- not run: REASON -->                   not a command (a layout, a formula), or one that
+                                               needs what no test has; REASON names the test
+                                               that runs its exact form, where one does
+"""
+import re
+from dataclasses import dataclass
+from typing import List, Optional
+
+from conftest import ROOT
+
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
+MARK = re.compile(r"<!-- (not run|run by): (.+?) -->\s*\Z", re.S)
+TEST_REF = re.compile(r"tests/(\w+\.py)(?:::(\w+))?")
+PAGES = sorted(p.relative_to(ROOT).as_posix() for p in [
+    ROOT / "README.md", *ROOT.glob("CONTRIBUTING.md"), *(ROOT / "docs").rglob("*.md")])
+
+
+@dataclass(frozen=True)
+class Block:
+    page: str
+    language: str
+    code: str
+    mark: Optional[str]  # "not run", "run by" or None (run by test_doc_blocks)
+    reason: Optional[str]
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}: the block starting {self.code.splitlines()[0]!r}"
+
+
+def blocks(page: str) -> List[Block]:
+    """Every fenced block of ``page`` (a path from the repository's root), in order."""
+    text = (ROOT / page).read_text()
+    found = []
+    for m in FENCE.finditer(text):
+        before = text[:m.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        mark = MARK.search(before + "\n")
+        found.append(Block(page, m.group(1), m.group(2), mark and mark.group(1),
+                           mark and mark.group(2)))
+    return found
+
+
+def block(page: str, first: str) -> str:
+    """The code of the one block of ``page`` whose first line starts with ``first``."""
+    found = [b.code for b in blocks(page) if b.code.startswith(first)]
+    assert len(found) == 1, f"{page}: {len(found)} blocks start with {first!r}"
+    return found[0]
+
+
+def commands(code: str) -> List[str]:
+    """A shell block's commands, one per line (a trailing backslash continues a line),
+    comments dropped."""
+    joined = re.sub(r"\\\n\s*", "", code)
+    return [re.sub(r"\s+#\s.*$", "", line).strip() for line in joined.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
