@@ -4,7 +4,6 @@ The same script runs in one process (`python examples/digits.py`), on several de
 (`--ctx 2`), and as a parameter-server job (`gluondist launch -n 2 -s 1 examples/digits.py`).
 """
 import argparse
-import logging
 
 import mxnet as mx
 import numpy as np
@@ -39,7 +38,6 @@ def main():
     parser.add_argument("--plot", default=None, help="write the learning curves to this file")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     train, val = data()
     ctx = int(args.ctx) if args.ctx and args.ctx.isdigit() else args.ctx
@@ -47,7 +45,8 @@ def main():
                             batch_size=args.batch_size, ctx=ctx, seed=args.seed,
                             optimizer_params={"learning_rate": args.lr, "momentum": 0.9},
                             checkpoint_dir=args.checkpoint_dir)
-    if gluondist.kvstore.rank() == 0:
+    # fit shows a line per epoch (worker 0's); --epochs 0 trains nothing: an empty History
+    if gluondist.kvstore.rank() == 0 and history.epoch:
         print(f"final validation accuracy: {history.history['val_accuracy'][-1]:.4f}")
         if args.plot:
             history.plot(args.plot)
