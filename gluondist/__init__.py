@@ -6,8 +6,22 @@ loading MXNet, which takes seconds.
 import importlib
 
 __version__ = "0.1.0"
+
+
+def extra_hint(extras: str) -> str:
+    """The command that adds gluondist's ``extras`` (such as ``"plot"``): from a checkout, as
+    gluondist is not on PyPI yet. (``pip install matplotlib`` alone could upgrade numpy past
+    what MXNet 1.9.1 runs with; the extra keeps numpy < 1.24.)"""
+    return (f"pip install '.[{extras}]' in a gluondist checkout; pip install "
+            f"'gluondist[{extras}]' works only once gluondist is on PyPI, which it is not yet")
+
+
+# What to run where MXNet is missing: from a checkout with the extra, or MXNet alone, which
+# installs anywhere (tests/test_install.py checks them against pyproject.toml).
 INSTALL_HINT = (
-    "pip install 'gluondist[cpu]' (CPU) or 'gluondist[cu117]' (CUDA 11.7; see README for others)"
+    "pip install '.[cpu]' in a gluondist checkout ('.[cu117]' or '.[cu112]' for CUDA), or "
+    "anywhere pip install mxnet==1.9.1 (CUDA: mxnet-cu117==1.9.1); pip install "
+    "'gluondist[cpu]' works only once gluondist is on PyPI, which it is not yet"
 )
 __all__ = ["fit", "launch", "LaunchOptions", "LaunchResult", "History", "Callback",
            "EarlyStopping", "ProgressBar", "EpochLogger", "Checkpointer", "SaveBest", "CSVLogger",

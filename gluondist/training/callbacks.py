@@ -11,7 +11,7 @@ import logging
 import math
 from typing import Dict, List, Optional, Sequence
 
-from .. import heartbeat
+from .. import extra_hint, heartbeat
 from .console import say
 from .timing import KEYS as SPLIT_KEYS
 
@@ -181,16 +181,15 @@ class History(Callback):
 
     def plot(self, path=None):
         """Draw the learning curves (one panel for losses, one per metric). Saves to ``path``
-        when given; returns the matplotlib Figure. Needs matplotlib: pip install
-        'gluondist[plot]'."""
+        when given; returns the matplotlib Figure. Needs matplotlib (gluondist's ``plot``
+        extra)."""
         if not self.epoch:
             raise ValueError("History.plot: the history has no epochs to plot (fit ran 0 "
                              "epochs, or resumed a run that had already finished)")
         try:
             from matplotlib.figure import Figure  # no pyplot: works headless and in notebooks
         except ImportError as exc:
-            raise ImportError("History.plot needs matplotlib: pip install 'gluondist[plot]'") \
-                from exc
+            raise ImportError(f"History.plot needs matplotlib: {extra_hint('plot')}") from exc
         names = [k for k in self.history if not k.startswith("val_") and k not in SPEED_KEYS]
         fig = Figure(figsize=(5 * len(names), 3.5))
         axes = fig.subplots(1, len(names), squeeze=False)

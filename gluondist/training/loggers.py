@@ -8,10 +8,11 @@ import csv
 import os
 from typing import List, Optional
 
+from .. import extra_hint
 from .callbacks import Callback
 from .checks import check_writable_file
 
-TENSORBOARD_HINT = "pip install 'gluondist[tensorboard]'"
+TENSORBOARD_HINT = extra_hint("tensorboard")
 
 
 class CSVLogger(Callback):
@@ -60,8 +61,8 @@ class CSVLogger(Callback):
 class TensorBoard(Callback):
     """Every History value as a scalar per epoch (tag = the key, step = the epoch) in TensorBoard
     event files under ``log_dir``, and with ``batch_every=N`` the training loss of every N-th
-    batch (tag ``batch_loss``, step = the batch counted over the whole run). Needs tensorboardX:
-    ``pip install 'gluondist[tensorboard]'``; view with ``tensorboard --logdir LOG_DIR``."""
+    batch (tag ``batch_loss``, step = the batch counted over the whole run). Needs tensorboardX
+    (gluondist's ``tensorboard`` extra); view with ``tensorboard --logdir LOG_DIR``."""
 
     def __init__(self, log_dir, batch_every: Optional[int] = None):
         try:
