@@ -90,6 +90,10 @@ def test_max_restarts_resumes_from_the_last_complete_epoch(launch, tmp_path):
     logs = tmp_path / "logs"
     assert "crashes in epoch 2" in (logs / "worker.1.log").read_text()  # kept, not overwritten
     assert "crashes" not in (logs / "worker.1.restart1.log").read_text()
+    # the restarted fit says it resumed, on worker 0 only
+    said = f"fit: resuming from {ckpt} after epoch 2 of 4 (resume=False starts over)"
+    assert f"[worker 0] {said}\n" in job.out and "[worker 1] fit:" not in job.out
+    assert said in (logs / "worker.0.restart1.log").read_text()
     (p0, p1), (h0, _) = job_results(tmp_path, 2)
     ref, ref_history = one_process(4, 64)
     assert rel_diff(total(ref), total(p0)) <= 1e-4
