@@ -36,8 +36,8 @@ _TYPES = {"dir": click.Path(file_okay=False), "file": click.Path(dir_okay=False)
 
 def launch_flags(*names: str, **changes):
     """The click options of these LaunchOptions fields, as options.py declares them (flag,
-    default, type, envvar, help); ``changes`` maps a field to settings of its own here (a
-    bench's default, say)."""
+    default, type, envvar, help; --help shows the envvar); ``changes`` maps a field to
+    settings of its own here (a bench's default, say)."""
     declared = flags()
 
     def decorate(command):
@@ -46,7 +46,8 @@ def launch_flags(*names: str, **changes):
             kind = flag.type if flag.type is not None else type(default)
             default = None if default == () else default  # no hosts: click's None
             settings = dict(type=_TYPES.get(kind, kind), default=default, help=flag.help,
-                            envvar=flag.envvar, metavar=flag.metavar, multiple=flag.multiple,
+                            envvar=flag.envvar, show_envvar=flag.envvar is not None,
+                            metavar=flag.metavar, multiple=flag.multiple,
                             show_default=default not in (None, (), {}))
             if flag.multiple:
                 settings.update(type=str, default=())
@@ -81,8 +82,10 @@ def launch(dry_run, command, **values):
     hosts), watched until the end.
 
     The first process to fail is reported with its traceback or last lines, every other one is
-    stopped, and the exit code is the failing worker's own (128+N for signal N; 124 for a
-    stall)."""
+    stopped, and the exit code is the failing process's own (128+N for signal N); else 1 when
+    the job did not form within --start-timeout, 2 for bad input, 75 for a lost ssh host, 77
+    when a server refused a command, 124 for a stall (the docs' Troubleshooting page lists
+    them all)."""
     options = options_of(command, values)
     cores = os.cpu_count() or 1
     if dry_run:
