@@ -1,11 +1,12 @@
 """MkDocs hooks (mkdocs.yml `hooks:`): the command-line reference generated from the CLI's own
-`--help`, and a check that every option, repository file and `gluondist.*` name a page shows
+`--help`, the environment variables' table from the options' declarations, and a check that every option, repository file and `gluondist.*` name a page shows
 in code (or a docstring names in a Sphinx role) exists. A name that does not is a warning,
 which `mkdocs build --strict` turns into a failed build (tests/test_docs.py runs it)."""
 from __future__ import annotations
 
 import logging
 import re
+from html import escape
 from pathlib import Path
 
 import click
@@ -15,10 +16,14 @@ ROOT = Path(__file__).resolve().parent.parent
 log = logging.getLogger("mkdocs.plugins.gluondist")
 
 CLI_MARK = "<!-- gluondist --help -->"
+ENV_MARK = "<!-- gluondist launch environment -->"
 # Options of other programs that pages show alone (not after their command), and the file
 # that defines each: checked there instead.
 FOREIGN = {"--ctx": "examples/digits.py", "--repeats": "benchmarks/launcher_overhead.py",
            "--trivial-repeats": "benchmarks/launcher_overhead.py"}
+# Options of programs outside the repository that pages name alone (sbatch's, ssh's): not
+# checked here, since their programs are not
+OUTSIDE = {"--cpus-per-task", "--exclusive", "--export", "--ntasks", "--nodes"}
 REPO_DIRS = ("gluondist/", "tests/", "benchmarks/", "examples/", "launch/", "docs/", ".ci/")
 SPAN = re.compile(r"(?<!`)`((?:[^`\n]|\n(?!\s*\n))+)`(?!`)")  # may wrap, not span paragraphs
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
@@ -26,8 +31,10 @@ PATH = re.compile(r"(?<![\w./-])((?:%s)[\w./-]*)" % "|".join(re.escape(d) for d 
 NAME = re.compile(r"(?<![\w./-])gluondist((?:\.[A-Za-z_]\w*)+)(?![\w/-])")
 OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 ROLE = re.compile(r":(?:class|func|meth|attr|mod|data|exc|obj):<code>(~?)([\w.]+)</code>")
-COMMAND = re.compile(r"gluondist ((?:bench |manifest )?[a-z]+)|python3? ((?:benchmarks|examples)"
-                     r"/\w+\.py)")
+# `gluondist X` where a shell would run it (a line's start, after `&&`, `|`, `;`, a path or
+# VAR=value), not in prose or Python (`from gluondist import`, `gluondist is not installed`)
+COMMAND = re.compile(r"(?:^\s*|&&\s*|\|\s*|;\s*|/|\b[A-Z_]+=\S*\s+)gluondist "
+                     r"((?:bench |manifest )?[a-z]+)|python3? ((?:benchmarks|examples)/\w+\.py)")
 
 
 def _commands() -> dict:
@@ -62,6 +69,21 @@ def cli_help() -> str:
                 walk(cmd.commands[name], path + [name])
     walk(cli, ["gluondist"])
     return "\n".join(out)
+
+
+def env_table() -> str:
+    """The variables `gluondist launch` reads for its options, from their declarations
+    (LaunchOptions' Flags: the same that make the click options and their --help)."""
+    from gluondist.launcher.options import flags
+    rows = ["| Variable | Option | Default | Meaning |", "| --- | --- | --- | --- |"]
+    for flag, default in flags().values():
+        if flag.envvar is None:
+            continue
+        shown = "none" if default in (None, (), {}) else f"`{default}`"
+        names = ", ".join(f"`{n}`" for n in flag.names)
+        meaning = escape(flag.help, quote=False).replace("|", "\\|")  # a table's cell
+        rows.append(f"| `{flag.envvar}` | {names} | {shown} | {meaning} |")
+    return "\n".join(rows) + "\n"
 
 
 class Checker:
@@ -110,7 +132,7 @@ class Checker:
                 if option in FOREIGN:
                     if option not in _script_options(FOREIGN[option]):
                         problems.append(f"{option} is no option of {FOREIGN[option]}")
-                elif option not in self.all_options:
+                elif option not in self.all_options | OUTSIDE:
                     problems.append(f"{option} is no option of any gluondist command")
         return problems
 
@@ -151,7 +173,8 @@ def on_page_markdown(markdown, page, config, files):
     _checker = _checker or Checker()
     for problem in dict.fromkeys(_checker.problems(markdown) + layout_problems(markdown)):
         log.warning(f"{page.file.src_uri}: {problem}")
-    return markdown.replace(CLI_MARK, cli_help())  # checked by click itself
+    # generated from the code, so checked by it
+    return markdown.replace(CLI_MARK, cli_help()).replace(ENV_MARK, env_table())
 
 
 def on_page_content(html, page, config, files):

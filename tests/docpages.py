@@ -10,11 +10,16 @@ before it says which test runs it or why none does:
                                                needs what no test has; REASON names the test
                                                that runs its exact form, where one does
 """
+import os
 import re
+import signal
+import subprocess
+import sys
+import uuid
 from dataclasses import dataclass
 from typing import List, Optional
 
-from conftest import ROOT
+from conftest import ROOT, TAG, kill_tagged
 
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
 MARK = re.compile(r"<!-- (not run|run by): (.+?) -->\s*\Z", re.S)
@@ -61,3 +66,27 @@ def commands(code: str) -> List[str]:
     joined = re.sub(r"\\\n\s*", "", code)
     return [re.sub(r"\s+#\s.*$", "", line).strip() for line in joined.splitlines()
             if line.strip() and not line.lstrip().startswith("#")]
+
+
+def shell(command: str, cwd, timeout: float = 300, env=None):
+    """Run ``command`` as it is, through bash, as a user of this virtual environment types it
+    (its ``gluondist`` and ``python`` first on PATH), tagged (conftest.TAG) so that every
+    process it starts can be found; returns (exit code, stdout, stderr, tag). Whatever is left
+    of it is killed before this returns."""
+    tag = uuid.uuid4().hex
+    full = {**os.environ, **(env or {}), TAG: tag,
+            "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
+    proc = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=full, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"{command!r} still running after {timeout}s") from None
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        stray = kill_tagged(tag)
+    assert not stray, f"processes of {command!r} outlived it: {stray}"
+    return proc.returncode, out, err, tag

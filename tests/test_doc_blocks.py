@@ -5,10 +5,14 @@ the line before it says why none does (`<!-- not run: REASON -->`; see tests/doc
 import ast
 import inspect
 import re
+import shlex
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from conftest import ROOT
+import docpages
 from docpages import PAGES, TEST_REF, FENCE, blocks
 
 
@@ -68,20 +72,29 @@ def run_page(page, namespace):
     return ran
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/index.md"])
-def test_the_front_pages_fit_runs(page, data, tmp_path, monkeypatch):
+def test_the_first_fit_runs_as_it_stands(tmp_path, monkeypatch, capsys):
+    """Getting started's fit loads its own data (nothing given but an empty namespace), and
+    run again it says what the page says: the finished run in ckpt, nothing to train."""
     monkeypatch.chdir(tmp_path)
-    namespace = dict(data)
-    assert run_page(page, namespace) == 1
-    assert len(namespace["history"].history["val_accuracy"]) == 15
+    namespace = {}
+    assert run_page("docs/index.md", namespace) == 1
+    accuracy = namespace["history"].history["val_accuracy"]
+    assert len(accuracy) == 15 and accuracy[-1] > 0.9
     assert (tmp_path / "curves.png").read_bytes().startswith(b"\x89PNG")
+    assert capsys.readouterr().err.count("val_accuracy") == 15  # a line per epoch, no terminal
+    assert run_page("docs/index.md", {}) == 1
+    said = capsys.readouterr().err
+    assert "fit: the run in ckpt had already trained 15 epoch(s)" in said
+    assert "nothing to train" in said and "resume=False to start over" in said
 
 
 def test_the_fit_pages_blocks_run(data, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace = dict(data)
     assert run_page("docs/fit.md", namespace) == 5
-    assert namespace["probs"].shape == (16, 10)
+    assert namespace["logits"].shape == namespace["probs"].shape == (16, 10)
+    assert np.allclose(namespace["probs"].sum(axis=1), 1, atol=1e-5)  # what predict gave: not
+    assert not np.allclose(namespace["logits"].sum(axis=1), 1, atol=1e-2)  # probabilities
     assert (tmp_path / "best.params").is_file()
     # the checkpoint layout the page draws: the files of the newest checkpoint are named there
     layout = next(b.code for b in blocks("docs/fit.md")
@@ -101,3 +114,29 @@ def test_the_signature_on_the_fit_page_is_fits():
     params = ", ".join(p.name if p.default is p.empty else f"{p.name}={p.default!r}"
                        for p in inspect.signature(fit).parameters.values())
     assert shown == f"gluondist.fit({params})"
+
+
+def test_the_own_loop_page_trains_in_one_process(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    assert run_page("docs/own-loop.md", namespace) == 1
+    losses = namespace["losses"]
+    assert len(losses) == 5 and losses[-1] < losses[0] / 2
+
+
+def test_the_sample_hostfile_places_the_job_as_the_page_says(tmp_path):
+    """docs/multi-host.md's hostfile and its command, planned (--dry-run: no host is reached):
+    the scheduler on node1, the servers one per host, workers 0 and 1 on node2."""
+    (tmp_path / "hosts.txt").write_text(docpages.block("docs/multi-host.md", "# hosts.txt"))
+    (tmp_path / "train.py").write_text("")
+    [command] = docpages.commands(docpages.block("docs/multi-host.md",
+                                                 "gluondist launch --launcher ssh -H hosts.txt"))
+    args = shlex.split(command)[1:]
+    args.insert(args.index("train.py"), "--dry-run")
+    proc = subprocess.run([sys.executable, "-m", "gluondist.cli", *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    placed = dict(re.findall(r"^(scheduler|server \d|worker \d) on (\S+):", proc.stdout, re.M))
+    assert placed == {"scheduler": "node1", "server 0": "node2", "server 1": "node1",
+                      "worker 0": "node2", "worker 1": "node2", "worker 2": "node1",
+                      "worker 3": "node1"}

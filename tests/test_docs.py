@@ -111,8 +111,10 @@ def test_lists_that_would_not_render_are_told():
                                            "line 3: a nested list needs 4 spaces of indent"]
 
 
-def test_the_readme_names_only_what_exists():  # outside docs/, so not in the build's check
-    assert checker().problems((ROOT / "README.md").read_text()) == []
+@pytest.mark.parametrize("page", ["README.md", "CONTRIBUTING.md"])
+def test_the_pages_outside_docs_name_only_what_exists(page):  # not in the build's check
+    assert checker().problems((ROOT / page).read_text()) == []
+    assert hooks().layout_problems((ROOT / page).read_text()) == []
 
 
 def test_the_test_extra_installs_the_docs_extra():
@@ -133,3 +135,63 @@ def test_the_plots_are_drawn_by_the_command(tmp_path):
     measured = (ROOT / "docs" / "measured.md").read_text()
     assert sorted(re.findall(r"\]\(img/(\w+\.png)\)", measured)) == drawn
     assert all((ROOT / "docs" / "img" / name).is_file() for name in drawn)
+
+
+def test_launch_help_shows_each_options_environment_variable():
+    from click.testing import CliRunner
+    from gluondist.cli import cli
+    from gluondist.launcher.options import flags
+    shown = " ".join(CliRunner().invoke(cli, ["launch", "--help"]).output.split())
+    named = [flag.envvar for flag, _ in flags().values() if flag.envvar]
+    assert len(named) >= 8
+    assert [n for n in named if f"env var: {n}" not in shown.replace("[env var: ", "env var: ")
+            ] == []
+
+
+def used_envvars():
+    """The names of gluondist/envvars.py that the code uses (ev.NAME, envvars.NAME, or
+    imported by name)."""
+    import gluondist.envvars as ev
+    names = [n for n in vars(ev) if n.isupper()]
+    source = "\n".join(p.read_text() for p in (ROOT / "gluondist").rglob("*.py")
+                       if p.name != "envvars.py")
+    return {getattr(ev, n) for n in names if re.search(rf"\b{n}\b", source)}
+
+
+def test_the_environment_page_names_every_variable_the_code_reads_or_sets(tmp_path):
+    page = (ROOT / "docs" / "environment.md").read_text()
+    documented = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", page))
+    from gluondist.launcher.options import flags
+    generated = {flag.envvar for flag, _ in flags().values() if flag.envvar}  # by docs/hooks.py
+    missing = sorted(used_envvars() - documented - generated)
+    assert missing == [], f"docs/environment.md does not name {missing}"
+    assert hooks().ENV_MARK in page
+    table = hooks().env_table()
+    assert all(f"| `{name}` |" in table for name in generated)
+
+
+def test_troubleshooting_has_every_exit_code_and_failure_kind():
+    from gluondist import wire
+    from gluondist.launcher import outcome
+    page = (ROOT / "docs" / "troubleshooting.md").read_text()
+    table = page.split("## Exit codes")[1]
+    rows = dict(re.findall(r"^\|\s*([^|]+?)\s*\|\s*([^|]*?)\s*\|", table, re.M))
+    for code, kind in [(outcome.START_TIMEOUT_EXIT, outcome.Kind.START_TIMEOUT),
+                       (outcome.LOST_EXIT, outcome.Kind.LOST_HOST),
+                       (wire.REFUSED, outcome.Kind.REFUSED),
+                       (wire.PORT_TAKEN, outcome.Kind.PORT_TAKEN),
+                       (outcome.STALL_EXIT, outcome.Kind.STALL)]:
+        assert rows.get(str(code)) == f"`{kind.value}`", (code, kind)
+    kinds = {kind.strip("`") for kind in rows.values() if kind.startswith("`")}
+    assert kinds == {k.value for k in outcome.Kind}
+    assert {"0", "2", "128+*N*", "129, 130, 143"} <= set(rows)
+
+
+def test_each_message_troubleshooting_explains_is_one_the_code_says():
+    """Its headings quote the messages' words: each must be found in the code as it is (a
+    message reworded there leaves the page explaining one nobody sees)."""
+    page = (ROOT / "docs" / "troubleshooting.md").read_text()
+    source = "\n".join(p.read_text() for p in (ROOT / "gluondist").rglob("*.py"))
+    quoted = [q for h in re.findall(r"^### (.+)$", page, re.M) for q in re.findall(r"`([^`]+)`", h)]
+    assert len(quoted) >= 20
+    assert [q for q in quoted if q not in source] == []
