@@ -89,9 +89,13 @@ def test_the_first_fit_runs_as_it_stands(tmp_path, monkeypatch, capsys):
 
 
 def test_the_fit_pages_blocks_run(data, tmp_path, monkeypatch):
+    import mxnet as mx
+    from conftest import mlp
     monkeypatch.chdir(tmp_path)
-    namespace = dict(data)
-    assert run_page("docs/fit.md", namespace) == 5
+    net = mlp()
+    net.initialize(mx.init.Xavier())  # the page continues Getting started's fit: its net
+    namespace = dict(data, net=net)
+    assert run_page("docs/fit.md", namespace) == 6
     assert namespace["logits"].shape == namespace["probs"].shape == (16, 10)
     assert np.allclose(namespace["probs"].sum(axis=1), 1, atol=1e-5)  # what predict gave: not
     assert not np.allclose(namespace["logits"].sum(axis=1), 1, atol=1e-2)  # probabilities
