@@ -74,8 +74,7 @@ def shell(command: str, cwd, timeout: float = 300, env=None):
     process it starts can be found; returns (exit code, stdout, stderr, tag). Whatever is left
     of it is killed before this returns."""
     tag = uuid.uuid4().hex
-    full = {**os.environ, **(env or {}), TAG: tag,
-            "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
+    full = {**venv_env(), **(env or {}), TAG: tag}
     proc = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=full, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
@@ -90,3 +89,8 @@ def shell(command: str, cwd, timeout: float = 300, env=None):
         stray = kill_tagged(tag)
     assert not stray, f"processes of {command!r} outlived it: {stray}"
     return proc.returncode, out, err, tag
+
+
+def venv_env() -> dict:
+    """This environment as a user who activated this virtual environment has it."""
+    return {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
