@@ -54,3 +54,21 @@ def test_the_install_commands_work_in_a_fresh_environment(tmp_path):
         run(command, repo, venv)
     assert run(where, elsewhere, venv).startswith(str(venv))
     assert "DIST_KVSTORE=yes" in run("gluondist env", elsewhere, venv)
+
+
+def test_the_base_package_installs_without_mxnet_and_says_what_to_add(tmp_path):
+    """The `pip install .` line (your own MXNet): no MXNet comes with it, and `gluondist env`
+    says how to add one."""
+    repo = checkout_copy(tmp_path / "gluondist")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    lines = docpages.commands(docpages.block("docs/index.md", "pip install '.[cu117]'"))
+    run(next(line for line in lines if line == "pip install ."), repo, venv)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run(f"{venv}/bin/python -c 'import gluondist, click, numpy, tqdm'", elsewhere, venv)
+    env = {**os.environ, "PATH": f"{venv}/bin:{os.environ['PATH']}"}
+    proc = subprocess.run(["gluondist", "env"], cwd=elsewhere, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1 and "MXNet does not import" in proc.stderr, proc.stderr
+    assert "pip install '.[cpu]'" in proc.stderr  # the hint names the checkout's form
