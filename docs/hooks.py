@@ -1,5 +1,6 @@
 """MkDocs hooks (mkdocs.yml `hooks:`): the command-line reference generated from the CLI's own
-`--help`, the environment variables' table from the options' declarations, and a check that every option, repository file and `gluondist.*` name a page shows
+`--help`, the environment variables' table from the options' declarations, the Measured page's
+bench table from the saved result its plot is drawn from, and a check that every option, repository file and `gluondist.*` name a page shows
 in code (or a docstring names in a Sphinx role) exists. A name that does not is a warning,
 which `mkdocs build --strict` turns into a failed build (tests/test_docs.py runs it)."""
 from __future__ import annotations
@@ -17,6 +18,7 @@ log = logging.getLogger("mkdocs.plugins.gluondist")
 
 CLI_MARK = "<!-- gluondist --help -->"
 ENV_MARK = "<!-- gluondist launch environment -->"
+BENCH_MARK = re.compile(r"<!-- bench table: (\S+\.json) -->")
 # Options of other programs that pages show alone (not after their command), and the file
 # that defines each: checked there instead.
 FOREIGN = {"--ctx": "examples/digits.py", "--repeats": "benchmarks/launcher_overhead.py",
@@ -84,6 +86,22 @@ def env_table() -> str:
         meaning = escape(flag.help, quote=False).replace("|", "\\|")  # a table's cell
         rows.append(f"| `{flag.envvar}` | {names} | {shown} | {meaning} |")
     return "\n".join(rows) + "\n"
+
+
+def bench_table(path: str) -> str:
+    """A saved `gluondist bench kvstore --json` line as the Measured page's table, so the table
+    and the plot drawn from the same file are one run."""
+    import json
+    rows = json.loads((ROOT / path).read_text())["rows"]
+    out = ["| S | layout | step s | model s | error | link eff | whole s |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        whole = r.get("unchunked_step_s")
+        error = r["predicted_step_s"] / r["step_s"] - 1  # as the bench's plot labels it
+        out.append(f"| {r['servers']} | {r['layout']} | {r['step_s']:.3f} | "
+                   f"{r['predicted_step_s']:.3f} | {error:+.0%} | "
+                   f"{r['link_efficiency']:.0%} | {'' if whole is None else f'{whole:.3f}'} |")
+    return "\n".join(out) + "\n"
 
 
 class Checker:
@@ -174,6 +192,7 @@ def on_page_markdown(markdown, page, config, files):
     for problem in dict.fromkeys(_checker.problems(markdown) + layout_problems(markdown)):
         log.warning(f"{page.file.src_uri}: {problem}")
     # generated from the code, so checked by it
+    markdown = BENCH_MARK.sub(lambda m: bench_table(m.group(1)), markdown)
     return markdown.replace(CLI_MARK, cli_help()).replace(ENV_MARK, env_table())
 
 
