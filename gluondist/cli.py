@@ -210,7 +210,8 @@ def _check_plot_path(path: str) -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise click.ClickException("--plot needs matplotlib: pip install 'gluondist[plot]'")
+        from . import extra_hint
+        raise click.ClickException(f"--plot needs matplotlib: {extra_hint('plot')}")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
         raise click.BadParameter(f"{path}: {parent} is not a directory this user can write to",

@@ -1,6 +1,7 @@
 """`gluondist env`: what this machine's build can do, and the install command where MXNet is
 missing."""
 from conftest import run_cli
+from gluondist import INSTALL_HINT
 
 
 def test_env_reports_the_build():
@@ -17,6 +18,5 @@ def test_env_without_mxnet_names_the_install_command(tmp_path):
     proc = run_cli("env", env={"PYTHONPATH": str(tmp_path)})
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == (
-        "gluondist: error: MXNet does not import (libmxnet.so missing); install it: "
-        "pip install 'gluondist[cpu]' (CPU) or 'gluondist[cu117]' (CUDA 11.7; see README for "
-        "others)")
+        f"gluondist: error: MXNet does not import (libmxnet.so missing); install it: "
+        f"{INSTALL_HINT}")

@@ -13,13 +13,14 @@ SIGN = ("beside each point: the model's error, predicted / measured - 1 (-10%: t
 def plot_rows(rows: Sequence[dict], path: Optional[str] = None, title: Optional[str] = None):
     """Draw ``rows`` (the ``"rows"`` of the bench's JSON line) and return the matplotlib
     Figure, each measured point labelled with the model's error; saved to ``path`` when given.
-    Needs matplotlib: pip install 'gluondist[plot]'."""
+    Needs matplotlib (the plot extra: gluondist.extra_hint('plot'))."""
     if not rows:
         raise ValueError("plot_rows: the bench table has no rows to plot")
     try:
         from matplotlib.figure import Figure  # no pyplot: works headless and in notebooks
     except ImportError as exc:
-        raise ImportError("--plot needs matplotlib: pip install 'gluondist[plot]'") from exc
+        from .. import extra_hint
+        raise ImportError(f"--plot needs matplotlib: {extra_hint('plot')}") from exc
     layouts = list(dict.fromkeys(r["layout"] for r in rows))
     fig = Figure(figsize=(max(9.0, 4.5 * len(layouts)), 4.2))  # room for the notes below
     axes = fig.subplots(1, len(layouts), squeeze=False, sharey=True)[0]
