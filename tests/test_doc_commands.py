@@ -57,7 +57,11 @@ def test_the_first_launch_commands_run_as_written(tmp_path):
     code, out, err, _ = docpages.shell(module, tmp_path)
     assert code == 0, err
     assert "[worker 0] trained 1 epochs on 2 workers" in out
-    assert "under the bootstrap" not in err
+    # that `python` is the launcher's own, so the module ran under the bootstrap (launch.md)
+    code, out, err, _ = docpages.shell(module.replace(" -s 1 ", " -s 1 --dry-run "), tmp_path)
+    assert code == 0 and re.search(r"^worker 0 on 127\.0\.0\.1: \S+ -m "
+                                   r"gluondist\.launcher\.child\.bootstrap -m mypkg\.train$",
+                                   out, re.M), out + err
     code, out, err, _ = docpages.shell(dry, tmp_path)
     assert code == 0, err
     assert re.search(r"^worker 1 on 127\.0\.0\.1: \S+ -m gluondist\.launcher\.child\.bootstrap "
