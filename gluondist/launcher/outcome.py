@@ -194,8 +194,27 @@ class LaunchResult:
     @property
     def restarts(self) -> Tuple[Failure, ...]:
         """The failures the job was restarted from (a retry on another port is none)."""
-        return tuple(a.failure for a in self.attempts[:-1]
-                     if a.failure is not None and a.failure.kind is not Kind.PORT_TAKEN)
+        return restarted_from(self.attempts[:-1])
+
+    @property
+    def port_retries(self) -> int:
+        """How many attempts were started again on another port, the scheduler's taken."""
+        return len(self.attempts) - 1 - len(self.restarts)
+
+
+PORT_RETRIES = 2  # a scheduler's port taken (before it could bind it) is retried twice
+
+
+def restarted_from(attempts: Sequence[Attempt]) -> Tuple[Failure, ...]:
+    """The failures among ``attempts``, each of which another attempt followed, that were
+    restarts: all but the first PORT_RETRIES taken ports, which were retries."""
+    restarts, retries = [], 0
+    for attempt in attempts:
+        if attempt.failure.kind is Kind.PORT_TAKEN and retries < PORT_RETRIES:
+            retries += 1
+        else:
+            restarts.append(attempt.failure)
+    return tuple(restarts)
 
 
 def diagnose(plan: Optional[LaunchPlan], ending: Ending, teardown: Teardown,

@@ -26,7 +26,7 @@ from .errors import LaunchError, Stopped, StopRequest
 from .hosts import parse_hostfile, parse_inline
 from .monitor import Joins, watch
 from .options import LaunchOptions
-from .outcome import Attempt, Ending, Kind, LaunchResult, diagnose
+from .outcome import PORT_RETRIES, Attempt, Ending, Kind, LaunchResult, diagnose, restarted_from
 from .plan import LaunchPlan, ProcessSpec, build_plan, user_value
 from .process import ProcessGroup
 from .pslite import is_pslite_chatter
@@ -34,7 +34,6 @@ from .report import exit_line, failure_lines, final_lines
 from .roles import pslite_verbose
 from .transports import Backend, Show, backend as backend_of
 
-PORT_ATTEMPTS = 3  # the scheduler's free port can be taken before it binds: retry twice
 
 
 def terminal() -> Show:
@@ -142,8 +141,7 @@ def launch_job(options: LaunchOptions, show: Show, keep_logs: bool = False,
     while True:
         if stop:
             raise Stopped(stop.signum)
-        # every attempt so far failed: those not on a taken port were restarted from
-        restarts = sum(1 for a in attempts if a.failure.kind is not Kind.PORT_TAKEN)
+        restarts = len(restarted_from(attempts))  # every attempt so far failed
         port, *node_ports = ports(options.num_processes, options.host)
         plan = build_plan(options, port, node_ports, cores, base_env, restarts)
         if not attempts:
@@ -180,11 +178,8 @@ def next_step(result: LaunchResult, max_restarts: int) -> Step:
     failure = result.failure
     if failure is None or failure.kind is Kind.STOPPED:
         return Step.FINISH
-    if failure.kind is Kind.PORT_TAKEN:
-        retries = sum(1 for a in result.attempts[:-1]
-                      if a.failure is not None and a.failure.kind is Kind.PORT_TAKEN)
-        if retries < PORT_ATTEMPTS - 1:
-            return Step.RETRY_PORT
+    if failure.kind is Kind.PORT_TAKEN and result.port_retries < PORT_RETRIES:
+        return Step.RETRY_PORT
     return Step.RESTART if len(result.restarts) < max_restarts else Step.FINISH
 
 
