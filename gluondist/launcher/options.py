@@ -53,8 +53,8 @@ class LaunchOptions:
                                  help="Seconds for every worker and server to join before the "
                                       "job fails.")
     log_dir: Optional[str] = _flag(None, "--log-dir", type="dir", envvar=ev.GLUONDIST_LOG_DIR,
-                                   help="Also write each process's output to "
-                                        "DIR/<role>.<rank>.log.")
+                                   help="Also write each process's output to DIR: "
+                                        "scheduler.log, server.0.log, worker.1.log, ...")
     env: Dict[str, str] = _flag(dict, "--env", metavar="KEY=VALUE", multiple=True, bench=True,
                                 help="Set an environment variable in every process "
                                      "(repeatable).")
