@@ -97,8 +97,10 @@ def test_plot_writes_a_png(small, tmp_path):
     train, val = small
     h = gluondist.fit(mlp(), train, val_data=val, epochs=2, seed=0)
     path = tmp_path / "curves.png"
-    h.plot(path)
+    fig = h.plot(path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [(ax.get_xlabel(), ax.get_ylabel()) for ax in fig.axes] == [("epoch", "loss"),
+                                                                       ("epoch", "accuracy")]
 
 
 def test_empty_history_plot_is_a_clear_error(small, tmp_path):

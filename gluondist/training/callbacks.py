@@ -200,6 +200,7 @@ class History(Callback):
                 if values and not all(math.isnan(v) for v in values):
                     ax.plot(epochs, values, marker="o", label=key)
             ax.set_xlabel("epoch")
+            ax.set_ylabel(name)
             ax.set_title(name)
             ax.legend()
         fig.tight_layout()
