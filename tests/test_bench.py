@@ -67,6 +67,48 @@ def test_rows_calibrate_once_and_recommend_a_count_and_a_layout():
         "recommended: -s 2 on hosts of their own (--server-hosts)")
 
 
+@pytest.fixture
+def planned():
+    """A backend with ssh's capabilities but no preflight, for jobs that are only planned."""
+    from gluondist.launcher import transports
+
+    class Planned(transports.Backend):
+        name, multi_host, takes_hosts, server_hosts = "planned", True, True, True
+    transports.register(Planned())
+    yield Planned.name
+    transports.unregister(Planned.name)
+
+
+def test_with_server_hosts_every_count_runs_colocated_then_on_the_server_hosts(planned):
+    # run()'s jobs, each answered from its own plan (no process starts): the table's order,
+    # and the model scaled by what each placement puts on its busiest link (2 MiB in two
+    # chunks; MiB plus the pipeline's fill: 2 + 1 colocated, 4 + 2 on one dedicated server,
+    # 2 + 2 on each of two). tests/test_server_hosts.py runs such jobs on real links.
+    from types import SimpleNamespace
+
+    from gluondist.launcher.options import LaunchOptions
+    from gluondist.launcher.plan import build_plan
+    from gluondist.launcher.session import resolve
+    ran = []
+
+    def launch_job(options, show):
+        ran.append((options.num_servers, options.server_hosts))
+        plan = build_plan(resolve(options, {}), 9000, range(9001, 9010))
+        figures = {"step_s": [0.25], "tcp_bytes_per_s": 2 ** 23}  # 8 MiB/s
+        return SimpleNamespace(exit_code=0, plan=plan,
+                               logs={"worker 0": [wire.encode(wire.Bench(figures))]})
+    base = LaunchOptions(("bench",), 2, 1, launcher=planned, hosts="a:1,b:1",
+                         server_hosts="s,t")
+    table, _, failed = bench.run(base, [1, 2], 2, 1, 1, launch_job, lambda *_: None, 2 ** 20,
+                                 base_env={})
+    assert failed is None
+    assert ran == [(1, ()), (2, ()), (1, base.server_hosts), (2, base.server_hosts)]
+    assert [(r.servers, r.layout) for r in table] == [
+        (1, "colocated"), (2, "colocated"), (1, "dedicated"), (2, "dedicated")]
+    assert [r.predicted_s / 0.25 for r in table] == pytest.approx([1, 1, 2, 4 / 3])
+    assert [r.link_bound_s for r in table] == pytest.approx([0.25, 0.25, 0.5, 0.25])
+
+
 def test_rows_on_one_host_are_predicted_to_take_the_first_rows_time():
     table = bench.rows([measured("hh", "h", 0.16), measured("hh", "hh", 0.15)],
                        bench.key_sizes(64, 8), 2 ** 20)
