@@ -25,15 +25,16 @@ def stuck_seconds(tmp_path, job, timeout):
 
 
 def test_a_worker_that_stops_is_found_with_its_stack(launch, tmp_path):
-    job = launch("-n", 2, "-s", 1, "--stall-timeout", 8, STALL, "beat", 1)
-    code, took = stuck_seconds(tmp_path, job, 8)
+    # 4 s: every worker beats after each step of 10 ms, so no healthy gap comes near it
+    job = launch("-n", 2, "-s", 1, "--stall-timeout", 4, STALL, "beat", 1)
+    code, took = stuck_seconds(tmp_path, job, 4)
     assert code == 124, job.err
     # detected within the timeout plus a few seconds: the launcher's own account, and the
     # wall time from the stuck moment to its exit (stacks and teardown included; generous for
     # a loaded machine)
-    assert stalled_for(job.err) <= 8 + 2, job.err
-    assert took < 8 + 15, took
-    assert "(--stall-timeout 8)" in job.err
+    assert stalled_for(job.err) <= 4 + 2, job.err
+    assert took < 4 + 15, took
+    assert "(--stall-timeout 4)" in job.err
     assert "exit code 124 (stalled)" in job.err
     # its frame, from the stack the bootstrap dumped on request
     stack = job.err.split("worker 1's stack")[1].split("gluondist:")[0]
@@ -46,8 +47,9 @@ def test_a_worker_that_stops_is_found_with_its_stack(launch, tmp_path):
 
 
 def test_fit_reports_progress_and_a_stuck_fit_restarts(launch, tmp_path):
-    # a stall is restarted like any failure: one line for the attempt, no exit code of its own
-    job = launch("-n", 2, "-s", 1, "--stall-timeout", 10, "--max-restarts", 1,
+    # a stall is restarted like any failure: one line for the attempt, no exit code of its own.
+    # 5 s: fit beats after each batch, and before the first one its CPU time counts
+    job = launch("-n", 2, "-s", 1, "--stall-timeout", 5, "--max-restarts", 1,
                  SCRIPTS / "fit_stall.py")
     assert job.wait(timeout=300) == 0, job.err
     first = job.err.split("restarting the job")[0]
