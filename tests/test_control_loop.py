@@ -1,8 +1,10 @@
 """The launcher's control loop, fast: every transition (success, a worker's exit, signal or
 exception, a lost host, a stall, a start timeout, a taken port, a stop request, restarts and
 the hosts left out of them) through a backend added in one module (fake_backend.py), whose
-processes are tiny real ones without MXNet; and diagnose() and next_step() on literal values.
-The real end-to-end jobs stay in the slow tier (test_launch.py, test_teardown.py, ...)."""
+processes are tiny real ones without MXNet; what the report puts first and whole (the earliest
+failure, a traceback longer than the log tail, also over ssh); and diagnose() and next_step()
+on literal values. The real end-to-end jobs stay in the slow tier (test_launch.py,
+test_teardown.py, ...)."""
 import os
 import signal
 import socket
@@ -58,6 +60,17 @@ def test_a_backend_added_in_one_module_runs_a_job(tmp_path, fake):
     assert "fake" in transports.names()
 
 
+def test_the_python_api_returns_the_result_and_logs(tmp_path, fake):
+    tag = uuid.uuid4().hex
+    result = gluondist.launch(WORKER, "exit", "3", "1", num_workers=2, launcher="fake",
+                              hosts="h1:1,h2:1", env={"FAKE_DIR": str(tmp_path), TAG: tag},
+                              echo=False)
+    assert result.exit_code == 3
+    assert (result.failure.label, result.failure.reason) == ("worker 1", "exit code 3")
+    assert "worker 0 running exit" in result.logs["worker 0"]  # the one stopped, too
+    assert tagged_pids(tag) == []
+
+
 def test_an_unknown_backend_is_one_line():
     with pytest.raises(LaunchError, match="unknown launcher 'pbs'; use one of local, ssh, slurm"):
         LaunchOptions((WORKER,), launcher="pbs").validate()
@@ -82,6 +95,8 @@ def test_a_failing_worker_is_named_first_and_the_rest_stopped(tmp_path, fake, ac
     assert notes[-1] == f"gluondist: exit code {code}"
     if action[0] == "raise":
         assert f.from_error_file and f.traceback[-1] == "RuntimeError: worker 1 failed on purpose"
+        report = "\n".join(notes).split("its traceback (from its error record):")[1]
+        assert "RuntimeError: worker 1 failed on purpose" in report
 
 
 def test_a_restart_runs_the_job_again_and_counts_only_restarts(tmp_path, fake):
@@ -186,6 +201,32 @@ def test_a_stop_request_stops_every_process_and_is_raised(tmp_path, fake):
     assert raised.value.signum == signal.SIGTERM and raised.value.left == []
 
 
+def test_the_earliest_failure_leads_even_when_noticed_later(tmp_path, fake):
+    # worker 1 raises first but takes a second to format its error; worker 0 raises once
+    # worker 1's formatting began (after its failure time was taken) and exits first, so the
+    # monitor notices worker 0 first. The error records' times put worker 1 first.
+    result, notes = run(tmp_path, "raisefirst", "1")
+    said = "\n".join(notes)
+    assert result.exit_code == 1 and result.failure.label == "worker 1", said
+    assert "gluondist: worker 1 on h1 failed first: exit code 1" in said
+    assert "SlowToFormat: worker 1 failed first" in said
+    assert "gluondist: then worker 0 on h2 failed: RuntimeError: worker 0 saw a peer fail" in said
+    stopped = [n for n in notes if n.startswith("gluondist: stopped")]
+    assert not any("worker" in n for n in stopped), said  # each named once, as failed
+
+
+def test_a_traceback_longer_than_the_log_tail_comes_whole_from_the_error_record(tmp_path,
+                                                                                 fake):
+    result, notes = run(tmp_path, "deep", "1")
+    said = "\n".join(notes)
+    assert result.exit_code == 1 and "worker 1 on h1 failed first: exit code 1" in said
+    report = said.split("its traceback (from its error record):")[1].splitlines()
+    assert report[1].strip() == "Traceback (most recent call last):"
+    assert "in <module>" in report[2]
+    assert sum(", in nested" in line for line in report) == 61  # more than the 40-line tail
+    assert "ValueError: the real cause, 60 calls down" in said
+
+
 # over the real ssh transport and remote side, with tests/bin/ssh standing in for ssh
 
 @pytest.fixture
@@ -202,6 +243,17 @@ def test_over_ssh_a_workers_record_and_exit_are_relayed(tmp_path, fake_ssh):
     f = result.failure
     assert (result.exit_code, f.label, f.host, f.from_error_file) == (1, "worker 1", "a", True)
     assert f.traceback[-1] == "RuntimeError: worker 1 failed on purpose"
+
+
+def test_over_ssh_a_record_longer_than_the_log_tail_comes_back_whole(tmp_path, fake_ssh,
+                                                                   monkeypatch):
+    tag = uuid.uuid4().hex
+    monkeypatch.setenv(TAG, tag)  # ssh's and so the remote sides' own: none may outlive the job
+    result, notes = run(tmp_path, "deep", "0", tag=tag, launcher="fakessh", hosts="a:1,b:1")
+    said = "\n".join(notes)
+    assert result.exit_code == 1 and "worker 0 on b failed first: exit code 1" in said
+    assert "its traceback (from its error record):" in said
+    assert sum(", in nested" in line for line in said.splitlines()) == 61
 
 
 def test_over_ssh_a_cut_link_is_a_lost_host(tmp_path, fake_ssh, monkeypatch):

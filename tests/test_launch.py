@@ -1,7 +1,9 @@
-"""`gluondist launch` with real processes and real MXNet on loopback."""
+"""`gluondist launch` with real processes and real MXNet on loopback. What needs no MXNet (a
+worker's exception and its report, the earliest failure first, the Python API's result,
+signals to the launcher, its death and a console that cannot take a line) is tested fast
+through the fake backend: test_control_loop.py, test_command.py."""
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -53,35 +55,6 @@ def test_ps_verbose_0_does_not_hide_that_the_job_formed(launch, tmp_path):
     assert job.leftovers() == []
 
 
-@pytest.mark.parametrize("console", ["ascii", "closed"])
-def test_a_console_that_cannot_take_a_line_drops_it_and_the_job_goes_on(tmp_path, console):
-    # PYTHONIOENCODING=ascii cannot encode the worker's lines; `>&-` leaves no stdout at all.
-    # Either used to kill the reader thread: the worker then blocked on its full pipe.
-    import uuid
-    from conftest import TAG
-    tag = uuid.uuid4().hex
-    env = {**os.environ, "PYTHONIOENCODING": "ascii"} if console == "ascii" else None
-    closed = ["sh", "-c", 'exec "$@" >&-', "sh"] if console == "closed" else []
-    proc = subprocess.Popen([*closed, sys.executable, "-m", "gluondist.cli", "launch",
-                             "--env", f"{TAG}={tag}", "-n", "2", "-s", "1", "--log-dir", "logs",
-                             JOB, "unicode", "1"], cwd=tmp_path, env=env, stdout=subprocess.PIPE
-                            if console == "ascii" else None, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-        stray = kill_tagged(tag)
-    assert proc.returncode == 0, err
-    assert err.count("gluondist: the console cannot take an output line") == 1, err
-    if console == "ascii":
-        assert "[worker 1] unicode done" in out  # the lines after the bad ones still show
-        assert "[worker 0] worker 0 on 127.0.0.1 pulled 3" in out
-    log = (tmp_path / "logs" / "worker.1.log").read_text()
-    assert log.count("ünïcödé ✓") == 3000 and "unicode done" in log
-    assert {p.name for p in tmp_path.glob("*.done")} == {"0.done", "1.done"}
-    assert stray == []
-
-
 def test_two_launchers_started_together_do_not_collide(launch, tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -94,15 +67,6 @@ def test_two_launchers_started_together_do_not_collide(launch, tmp_path):
     assert all(job.leftovers() == [] for job in jobs)
 
 
-def test_uncaught_exception_shows_its_traceback(launch):
-    job = launch("-n", 2, "-s", 1, JOB, "raise", 0)
-    assert job.wait() == 1
-    assert "worker 0 failed first: exit code 1" in job.err
-    assert "its traceback (from its error record):" in job.err
-    assert "RuntimeError: boom in worker" in job.err
-    assert job.leftovers() == []
-
-
 def test_server_killed(launch, tmp_path):
     job = launch("-n", 2, "-s", 1, JOB, "hang", "all")
     wait_until(lambda: len(list(tmp_path.glob("*.hanging"))) == 2, message="the job to run")
@@ -110,28 +74,6 @@ def test_server_killed(launch, tmp_path):
     assert job.wait() == 128 + signal.SIGKILL
     assert "server 0 failed first: killed by SIGKILL" in job.err
     assert job.leftovers() == []
-
-
-@pytest.mark.parametrize("sig,code,name", [(signal.SIGINT, 130, "SIGINT"),
-                                           (signal.SIGTERM, 143, "SIGTERM"),
-                                           (signal.SIGHUP, 129, "SIGHUP")])
-def test_signals_to_the_launcher_stop_the_job(launch, tmp_path, sig, code, name):
-    job = launch("-n", 2, "-s", 1, JOB, "hang", "all")
-    wait_until(lambda: len(list(tmp_path.glob("*.hanging"))) == 2, message="the job to run")
-    job.proc.send_signal(sig)
-    assert job.wait(timeout=30) == code
-    assert f"interrupted ({name})" in job.err or f"terminated ({name})" in job.err
-    assert "gluondist: stopped scheduler, server 0, worker 0, worker 1" in job.err
-    assert job.leftovers() == []
-
-
-def test_sigkill_to_the_launcher_still_ends_its_children(launch, tmp_path):
-    # the workers' own children too, though in process groups of their own
-    job = launch("-n", 2, "-s", 1, JOB, "stubborn", "all")
-    wait_until(lambda: len(list(tmp_path.glob("*.grandchild"))) == 2, message="the job to run")
-    job.proc.send_signal(signal.SIGKILL)
-    job.proc.wait()
-    assert job.leftovers(timeout=10) == []
 
 
 def test_script_arguments_that_look_like_ours_pass_through(launch):
@@ -222,25 +164,6 @@ def test_a_taken_scheduler_port_is_retried_on_another(tmp_path):
     assert stray == []
 
 
-def test_the_python_api_returns_the_result_and_logs(tmp_path, monkeypatch):
-    import uuid
-
-    import gluondist
-    from conftest import TAG
-
-    tag = uuid.uuid4().hex
-    monkeypatch.chdir(tmp_path)
-    try:
-        result = gluondist.launch(JOB, "exit", "1", num_workers=2, num_servers=1,
-                                  env={TAG: tag}, echo=False)
-    finally:
-        stray = kill_tagged(tag)
-    assert result.exit_code == 3
-    assert (result.failure.label, result.failure.reason) == ("worker 1", "exit code 3")
-    assert any("worker 0 on 127.0.0.1 pulled 3" in l for l in result.logs["worker 0"])
-    assert stray == []
-
-
 def test_from_python_the_console_shows_what_the_cli_shows(tmp_path, monkeypatch, capsys):
     import uuid
 
@@ -272,32 +195,6 @@ def test_a_script_imports_its_sibling_modules_as_python_would(launch, tmp_path):
     job = launch("-n", 1, "-s", 1, code / "train.py", "--x")  # run from tmp_path, not code/
     assert job.wait() == 0, job.err
     assert f"[worker 0] helper says 42 ['{code / 'train.py'}', '--x']" in job.out
-
-
-def test_a_traceback_longer_than_the_log_tail_comes_whole_from_the_error_record(launch):
-    job = launch("-n", 2, "-s", 1, JOB, "deep", 1)
-    assert job.wait() == 1
-    assert "worker 1 failed first: exit code 1" in job.err
-    report = job.err.split("its traceback (from its error record):")[1].splitlines()
-    assert report[1].strip() == "Traceback (most recent call last):"
-    assert "in <module>" in report[2]
-    assert sum(", in nested" in line for line in report) == 61  # more than the 40-line tail
-    assert "ValueError: the real cause, 60 calls down" in job.err
-    assert job.leftovers() == []
-
-
-def test_the_earliest_failure_leads_even_when_noticed_later(launch):
-    # worker 1 raises first but takes a second to format its error; worker 0 raises once
-    # worker 1's formatting began (after its failure time was taken) and exits first, so the
-    # monitor notices worker 0 first. The error records' times put worker 1 first.
-    job = launch("-n", 2, "-s", 1, JOB, "raisefirst", 1)
-    assert job.wait() == 1
-    assert "gluondist: worker 1 failed first: exit code 1" in job.err, job.err
-    assert "SlowToFormat: worker 1 failed first" in job.err
-    assert "gluondist: then worker 0 failed: RuntimeError: worker 0 saw a peer fail" in job.err
-    stopped = [l for l in job.err.splitlines() if l.startswith("gluondist: stopped")]
-    assert not any("worker" in l for l in stopped), job.err  # each named once, as failed
-    assert job.leftovers() == []
 
 
 def test_blank_last_lines_are_left_out_of_a_report(launch):

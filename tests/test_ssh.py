@@ -1,5 +1,7 @@
 """`gluondist launch --launcher ssh` against a real sshd on loopback: 127.0.0.1 and 127.0.0.2
-are two hosts (Linux routes all of 127/8 to lo), with key authentication made here."""
+are two hosts (Linux routes all of 127/8 to lo), with key authentication made here. A remote
+worker's error record longer than the log tail is relayed whole in the fast tier
+(test_control_loop.py, over the real ssh transport and remote side)."""
 import os
 import shutil
 import signal
@@ -153,22 +155,12 @@ def test_a_stall_over_ssh_shows_the_remote_stack(launch, ssh_config, tmp_path):
     # worker 1 is on 127.0.0.1; the dump request travels on ssh's stdin to the remote wrapper,
     # the heartbeats come back on the session's stderr
     job = ssh_launch(launch, ssh_config, "-H", "127.0.0.1:1,127.0.0.2:1", "-n", 2, "-s", 1,
-                     "--stall-timeout", 8, SCRIPTS / "stall_job.py", "beat", 1)
+                     "--stall-timeout", 4, SCRIPTS / "stall_job.py", "beat", 1)
     wait_until(lambda: list(tmp_path.glob("*.stuck")) or job.proc.poll() is not None,
                timeout=120, message="a worker to get stuck")
     stuck_at = time.monotonic()
     assert job.wait(timeout=120) == 124, job.err
-    assert time.monotonic() - stuck_at < 8 + 15
+    assert time.monotonic() - stuck_at < 4 + 15
     assert "20 batches" in job.err
     assert "in stuck_forever" in job.err.split("worker 1's stack")[1]
-    assert job.leftovers() == [] and wait_until(lambda: not wrappers(), 10) is True
-
-
-def test_a_remote_error_record_comes_back_whole(launch, ssh_config, tmp_path):
-    job = ssh_launch(launch, ssh_config, "-H", "127.0.0.1:1,127.0.0.2:1", "-n", 2, "-s", 1,
-                     JOB, "deep", 0)
-    assert job.wait(timeout=120) == 1, job.err
-    assert "worker 0 on 127.0.0.2 failed first: exit code 1" in job.err
-    assert "its traceback (from its error record):" in job.err
-    assert sum(", in nested" in line for line in job.err.splitlines()) == 61
     assert job.leftovers() == [] and wait_until(lambda: not wrappers(), 10) is True

@@ -1,5 +1,6 @@
 """The launcher's teardown holds against signals and interrupts, with real jobs: nothing a
-signal does can orphan a process or skip the cleanup."""
+signal does can orphan a process or skip the cleanup. Signals to the command and a second
+Ctrl-C in a notebook, which need no MXNet, are tested fast in test_command.py."""
 import os
 import signal
 import subprocess
@@ -71,42 +72,6 @@ def test_an_interrupt_between_a_spawn_and_its_record_orphans_nothing(tmp_path, m
     finally:
         stray = kill_tagged(tag)
     assert alive == [] and stray == []
-
-
-NOTEBOOK = textwrap.dedent("""
-    import sys, time
-    import gluondist
-    try:
-        gluondist.launch(sys.argv[1], "stubborn", "all", num_workers=2, num_servers=1,
-                         env={sys.argv[2]: sys.argv[3]})
-    except KeyboardInterrupt:
-        open("raised", "w").close()
-        time.sleep(600)  # a notebook's kernel lives on after the cell
-""")
-
-
-def test_a_second_ctrl_c_during_launchs_teardown_leaks_nothing(tmp_path):
-    tag = uuid.uuid4().hex
-    kernel = subprocess.Popen([sys.executable, "-c", NOTEBOOK, JOB, TAG, tag], cwd=tmp_path,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_until(lambda: len(list(tmp_path.glob("*.hanging"))) == 2, message="the job")
-        kernel.send_signal(signal.SIGINT)
-        wait_until(lambda: not _role_alive(tag, "server"), message="the teardown to begin")
-        assert _role_alive(tag, "worker")  # waiting for the workers that ignore SIGTERM
-        kernel.send_signal(signal.SIGINT)
-        wait_until(lambda: (tmp_path / "raised").exists() or kernel.poll() is not None,
-                   message="launch() to raise")
-        assert kernel.poll() is None, kernel.stderr.read().decode()
-        alive = tagged_pids(tag)  # while the kernel lives on
-    finally:
-        kernel.kill()
-        kernel.wait()
-        stray = kill_tagged(tag)
-    assert alive == [] and stray == []
-    # and it still says what it stopped (the second interrupt used to skip that line)
-    assert "gluondist: stopped scheduler, server 0, worker 0, worker 1" in \
-        kernel.stderr.read().decode()
 
 
 def test_a_process_that_cannot_die_is_named_and_the_launcher_still_exits(launch, tmp_path):

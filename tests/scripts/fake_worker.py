@@ -2,12 +2,19 @@
 run under gluondist's real bootstrap. It joins the fake job (fake_node.py) unless the ACTION is
 ``nojoin``, does its ACTION, then says it is done. Actions, each with worker ranks in ``on``:
 ``ok``; ``exit CODE ON``; ``raise ON``; ``kill SIG ON`` (kills itself); ``hang ON`` (beats
-the heartbeat 3 times, then sleeps); ``nojoin ON`` (never joins); ``flaky CODE ON`` (exits CODE on
-the first attempt, succeeds on a restart); ``sleep SECONDS``; ``beat SECONDS`` (a heartbeat
-every 0.1 s); ``busy SECONDS`` (CPU, no heartbeat); ``quiet ON`` (no heartbeat, idle forever);
-``late SECONDS`` (joins that late)."""
+the heartbeat 3 times, writes FAKE_DIR/<rank>.hanging, then sleeps); ``stubborn ON`` (``hang``
+ignoring SIGTERM, with a child in a process group of its own that writes
+FAKE_DIR/<its parent's pid>.grandchild); ``nojoin ON`` (never joins); ``flaky CODE ON`` (exits
+CODE on the first attempt, succeeds on a restart); ``sleep SECONDS``; ``beat SECONDS`` (a
+heartbeat every 0.1 s); ``busy SECONDS`` (CPU, no heartbeat); ``quiet ON`` (no heartbeat, idle
+forever); ``late SECONDS`` (joins that late); ``unicode ON`` (writes 3,000 lines of UTF-8, more
+than a pipe holds, then ``unicode done``); ``deep ON`` (raises from 60 nested calls, a
+traceback longer than the launcher's log tail); ``raisefirst ON`` (raises an error that is slow
+to format, writing FAKE_DIR/<rank>.raising while it is formatted, after the bootstrap took its
+failure time; every other worker raises once it sees that file)."""
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -39,11 +46,41 @@ if action == "kill" and mine(args[1]):
     os.kill(os.getpid(), getattr(signal, args[0]))
 if action == "flaky" and restart == 0 and mine(args[1]):
     sys.exit(int(args[0]))
-if action == "hang" and mine(args[0]):
+if action == "unicode" and mine(args[0]):
+    for i in range(3000):
+        sys.stdout.buffer.write(f"ünïcödé ✓ line {i} of the worker's output\n".encode())
+    sys.stdout.buffer.flush()
+    print("unicode done", flush=True)
+if action == "deep" and mine(args[0]):  # 61 distinct frames (Python folds repeats of one)
+    chain = "".join(f"def nested{i}():\n    nested{i + 1}()\n" for i in range(60))
+    chain += "def nested60():\n    raise ValueError('the real cause, 60 calls down')\n"
+    scope = {}
+    exec(compile(chain, "nested.py", "exec"), scope)
+    scope["nested0"]()
+if action == "raisefirst" and mine(args[0]):
+    class SlowToFormat(RuntimeError):
+        def __str__(self):
+            # formatted once the bootstrap caught it and took its time: any other worker's
+            # failure is later from now on, however the OS schedules the two
+            open(os.path.join(os.environ["FAKE_DIR"], f"{rank}.raising"), "w").close()
+            time.sleep(1.0)
+            return f"worker {rank} failed first"
+    raise SlowToFormat()
+if action == "raisefirst":
+    while not any(n.endswith(".raising") for n in os.listdir(os.environ["FAKE_DIR"])):
+        time.sleep(0.01)
+    raise RuntimeError(f"worker {rank} saw a peer fail")
+if action == "stubborn" and mine(args[0]):
+    subprocess.Popen([sys.executable, "-c", "import os, sys, time\nos.setpgrp()\n"
+                      "open(os.path.join(sys.argv[1], '%d.grandchild' % os.getppid()), 'w')"
+                      ".close()\ntime.sleep(600)", os.environ["FAKE_DIR"]])
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if action in ("hang", "stubborn") and mine(args[0]):
     for _ in range(3):
         heartbeat.beat()
+    open(os.path.join(os.environ["FAKE_DIR"], f"{rank}.hanging"), "w").close()
     time.sleep(600)
-if never or action == "hang":
+if never or action in ("hang", "stubborn"):
     time.sleep(600)
 if action == "sleep":
     time.sleep(float(args[0]))
