@@ -15,6 +15,12 @@ ROOT = HERE.parent
 TAG = "GLUONDIST_TEST_TAG"
 
 
+# A shell that starts the suite in the background (`pytest &`) hands it SIGINT ignored, and
+# Python then installs no KeyboardInterrupt handler: the tests that interrupt the launcher
+# would wait forever. The suite always runs with Python's own handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def wait_until(predicate, timeout=60.0, interval=0.05, message="condition"):
     """Poll ``predicate`` until it is truthy; fail the test after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

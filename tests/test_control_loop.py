@@ -6,6 +6,7 @@ failure, a traceback longer than the log tail, also over ssh); and diagnose() an
 on literal values. The real end-to-end jobs stay in the slow tier (test_launch.py,
 test_teardown.py, ...)."""
 import os
+import re
 import signal
 import socket
 import threading
@@ -163,9 +164,10 @@ def test_a_taken_port_is_retried_on_another_and_is_no_restart(tmp_path, fake):
 def test_a_job_that_does_not_form_in_time_names_who_did_not_join(tmp_path, fake):
     result, notes = run(tmp_path, "nojoin", "1", start_timeout=1.5)
     assert result.exit_code == 1 and result.failure.kind is Kind.START_TIMEOUT
-    assert notes[0] == ("gluondist: the job did not form within 1.5s: worker 1 did not join "
-                        "(never started a kvstore); raise --start-timeout if start-up is just "
-                        "slow")
+    # on a loaded machine the others may not have joined within 1.5 s either: worker 1 never
+    assert re.fullmatch(r"gluondist: the job did not form within 1\.5s: (\S+ \d, )*worker 1 "
+                        r"did not join \(never started a kvstore\); raise --start-timeout if "
+                        r"start-up is just slow", notes[0]), notes[0]
 
 
 def test_a_stall_stops_the_job_with_every_workers_stack(tmp_path, fake):
@@ -338,6 +340,8 @@ def failed(kind):
     ([Kind.PORT_TAKEN], 0, Step.RETRY_PORT),
     ([Kind.PORT_TAKEN] * 3, 0, Step.FINISH),  # retried twice: the third is the end
     ([Kind.PORT_TAKEN, Kind.EXIT], 1, Step.RESTART),  # a port retry is no restart
+    ([Kind.PORT_TAKEN] * 3, 1, Step.RESTART),  # out of retries, a taken port is a failure
+    ([Kind.PORT_TAKEN] * 4, 1, Step.FINISH),  # ... and the restart it had counts
     ([Kind.STOPPED], 5, Step.FINISH),
 ])
 def test_next_step_is_the_control_loops_one_rule(kinds, max_restarts, step):
