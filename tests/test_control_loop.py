@@ -296,6 +296,22 @@ def test_diagnose_puts_the_earliest_failure_first_whoever_was_noticed_first():
     assert attempt.stopped == ("scheduler", "server 0") and attempt.exit_code == 1
 
 
+def test_a_recorded_exception_is_a_failure_whatever_the_process_exited_with():
+    # worker 1 raised, then its own atexit handler left with os._exit(0): the job failed
+    record = {"time": 1.0, "traceback": ["RuntimeError: boom"]}
+    ends = [end("worker 1", "worker", 0, 2.0, record), end("worker 0", "worker", 3, 3.0)]
+    attempt = diagnose(PLAN, Ending(Why.EXITED, "worker 0"), Teardown(("scheduler",)), ends)
+    assert (attempt.failure.label, attempt.exit_code) == ("worker 1", 1)
+
+
+@pytest.mark.parametrize("record", [{"traceback": []}, {"time": "soon"}, {"time": True},
+                                    {"time": 1.0, "traceback": "not lines"}, ["time"]])
+def test_a_malformed_error_record_is_no_record(record):
+    from gluondist.launcher.child import errorfile
+    assert errorfile.valid(record) is None
+    assert errorfile.valid({"time": 1, "traceback": ["x"]}) == {"time": 1, "traceback": ["x"]}
+
+
 def test_diagnose_names_one_lost_host_once_and_its_exit_code():
     ends = [end("worker 0", "worker", 255, 1.0, lost=True, host="g"),
             end("worker 1", "worker", 255, 1.1, lost=True, host="g"),

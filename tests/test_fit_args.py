@@ -30,7 +30,7 @@ BAD = {
     "ctx": (1.5, r"^ctx must be None, an int, .*not 1.5$"),
     "kvstore": ("dist", r"^unknown kvstore kind 'dist'; use 'auto', None or one of: local"),
     "val_data": ("val.csv", r"^val_data must be an \(X, y\) tuple .*not str$"),
-    "metrics": ("acuracy", r"^unknown metric 'acuracy'"),
+    "metrics": ("acuracy", r"^metrics: unknown metric 'acuracy'"),
     "callbacks": (gluondist.EarlyStopping(), r"^callbacks must be a list of gluondist.Callback, "
                                              r"not EarlyStopping$"),
     "checkpoint_dir": (3, r"^checkpoint_dir must be a path \(a str or a pathlib.Path\), not 3$"),
@@ -80,6 +80,15 @@ def test_each_argument_of_the_wrong_kind_fails_in_one_line_naming_it(small, name
     with pytest.raises(ValueError, match=message):
         gluondist.fit(**args)
     assert param_sum(net) == before  # refused before training
+
+
+@pytest.mark.parametrize("name,bad,message", [
+    ("ctx", "tpu:0", r"^ctx: cannot read device 'tpu:0'"),
+    ("metrics", ["acc", "acc"], r"^metrics: metric name\(s\) accuracy appear twice")])
+def test_a_value_of_the_right_kind_that_is_wrong_names_its_argument_too(small, name, bad,
+                                                                       message):
+    with pytest.raises(ValueError, match=message):
+        gluondist.fit(mlp(8), small[0], epochs=1, **{name: bad})
 
 
 def test_the_seed_bound_is_one_for_checks_derived_seeds_and_drawn_seeds(small):

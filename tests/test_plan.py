@@ -117,3 +117,20 @@ def test_one_builder_for_every_role_and_the_kubernetes_index():
     assert worker_argv((sys.executable, "t.py", "-x"), sys.executable) == (
         sys.executable, "-m", "gluondist.launcher.child.bootstrap", "t.py", "-x")
     assert worker_argv(("/bin/sh", "t.py"), sys.executable) == ("/bin/sh", "t.py")
+
+
+def test_another_virtualenvs_python_runs_as_it_is(tmp_path):
+    # a venv's python links to its base interpreter, as this one's may: another environment's
+    # packages, not the launcher's, so no bootstrap (which would be run by this python)
+    import venv
+    from gluondist.launcher.roles import worker_argv
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(tmp_path / "other")
+    other = str(tmp_path / "other" / "bin" / "python")
+    assert worker_argv((other, "-m", "pkg.train"), sys.executable) == (other, "-m", "pkg.train")
+
+
+def test_launch_refuses_an_unknown_option_in_one_line():
+    import gluondist
+    from gluondist.launcher.errors import LaunchError
+    with pytest.raises(LaunchError, match=r"^launch\(\) got unknown option\(s\) dry_run; "):
+        gluondist.launch("train.py", dry_run=True)

@@ -1,8 +1,10 @@
 """``gluondist.launch()``: start a parameter-server job from Python (a notebook, a test)."""
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Dict, Optional, Sequence, Tuple, Union
 
+from .errors import LaunchError
 from .outcome import LaunchResult
 from .options import LaunchOptions
 from .session import launch_job, terminal
@@ -30,6 +32,10 @@ def launch(command: Union[str, Sequence[str]], *args: str, num_workers: int = 1,
     failed attempt's). ``echo`` shows what the CLI shows: output lines prefixed with the
     process on stdout, the launcher's notes and reports on stderr. Raises LaunchError for bad
     options before anything starts; an interrupt stops the whole job and propagates."""
+    unknown = sorted(set(more) - {f.name for f in fields(LaunchOptions)})
+    if unknown:
+        raise LaunchError(f"launch() got unknown option(s) {', '.join(unknown)}; it takes "
+                          "LaunchOptions' fields (see help(gluondist.LaunchOptions))")
     cmd = [command] if isinstance(command, str) else list(command)
     options = LaunchOptions(tuple(cmd) + tuple(args), num_workers=num_workers,
                             num_servers=num_servers, kvstore=kvstore, start_timeout=start_timeout,

@@ -58,9 +58,9 @@ class Failure:
 
     @property
     def exit_code(self) -> int:
-        """The launcher's exit code when this failure ends the job."""
+        """The launcher's exit code when this failure ends the job: never 0."""
         return {Kind.LOST_HOST: LOST_EXIT, Kind.STALL: STALL_EXIT,
-                Kind.START_TIMEOUT: START_TIMEOUT_EXIT}.get(self.kind, self.status)
+                Kind.START_TIMEOUT: START_TIMEOUT_EXIT}.get(self.kind, self.status) or 1
 
 
 @dataclass(frozen=True)
@@ -271,10 +271,11 @@ def _failure(end: ProcessEnd, lost: Optional[bool] = None) -> Failure:
         kind, reason = (Kind.SIGNAL if code < 0 else Kind.EXIT), describe_exit(code)
     record = end.error
     if record is not None:
-        # a worker that recorded its exception and was then killed failed with the exception
+        # a worker that recorded its exception and was then killed (or left with its own
+        # os._exit(0)) failed with the exception: Python's code for it, 1
         return Failure(kind, reason, end.label, end.host, end.tail[-15:],
                        tuple(record.get("traceback") or ()), float(record["time"]), True,
-                       1 if code < 0 else status)
+                       1 if code <= 0 else status)
     return Failure(kind, reason, end.label, end.host, end.tail[-15:],
                    () if lost else _traceback(end.tail), end.wall, status=status)
 

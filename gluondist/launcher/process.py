@@ -131,7 +131,7 @@ class Child:
         elif isinstance(message, wire.Cpu):
             self.cpu = message.seconds
         elif isinstance(message, wire.Error):
-            self.error = message.record
+            self.error = errorfile.valid(message.record)
         elif isinstance(message, wire.Exit):
             self.exit_report = message.status
 

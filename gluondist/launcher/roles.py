@@ -81,8 +81,11 @@ def is_python(name: str) -> bool:
 
 
 def _same_file(a: str, b: str) -> bool:
+    """The same interpreter in the same environment: a virtualenv's ``python`` is a link to
+    its base interpreter, so another venv's resolves to the same file, with other packages."""
     found, other = shutil.which(a), shutil.which(b) or b
-    return found is not None and os.path.realpath(found) == os.path.realpath(other)
+    return found is not None and os.path.realpath(found) == os.path.realpath(other) and \
+        os.path.dirname(os.path.abspath(found)) == os.path.dirname(os.path.abspath(other))
 
 
 def role_of_index(index: int, num_servers: int) -> Tuple[str, int]:

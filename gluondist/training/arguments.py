@@ -97,10 +97,12 @@ def _optimizer_params(params, name) -> None:
 
 def _ctx(ctx, name) -> None:
     try:
-        contexts(ctx)  # its own errors name ctx
+        contexts(ctx)
     except TypeError as exc:
         raise ValueError(f"{name} must be None, an int, a string such as 'gpu:0,gpu:1', a "
                          f"Context or a list of them, not {ctx!r}") from exc
+    except ValueError as exc:  # a device it cannot read: the message says which, we say where
+        raise ValueError(f"{name}: {exc}") from exc
 
 
 def _kvstore(kind, name) -> None:
@@ -112,7 +114,10 @@ def _kvstore(kind, name) -> None:
 def _metrics(metrics, name) -> None:
     if not (isinstance(metrics, str) and metrics == "auto"):
         for each in metrics.values() if isinstance(metrics, dict) else [metrics]:
-            mtr.create(each)  # names an unknown or repeated metric
+            try:
+                mtr.create(each)  # names an unknown or repeated metric
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from exc
 
 
 def _callbacks(callbacks, name) -> None:

@@ -41,7 +41,19 @@ def read(path: str) -> Optional[dict]:
     """The record, or None when there is none (or it cannot be read)."""
     try:
         with open(path) as f:
-            record = json.load(f)
+            return valid(json.load(f))
     except (OSError, ValueError):
         return None
-    return record if isinstance(record, dict) and "time" in record else None
+
+
+def valid(record) -> Optional[dict]:
+    """``record`` when it is a record the launcher can report (whoever wrote it: the file is
+    the worker's to write, and over ssh it arrives on the side channel), else None."""
+    if not isinstance(record, dict):
+        return None
+    when, lines = record.get("time"), record.get("traceback", [])
+    if not isinstance(when, (int, float)) or isinstance(when, bool) or when != when:
+        return None
+    if not isinstance(lines, list) or not all(isinstance(l, str) for l in lines):
+        return None
+    return record

@@ -33,8 +33,10 @@ class Transport(Protocol):
 
     def spawn(self, spec: "ProcessSpec", progress: bool = False,
               error_file: Optional[str] = None) -> Tuple[subprocess.Popen, Optional[IO[bytes]]]:
-        """Start ``spec``: its process (killing it ends the remote tree too) and its side
-        channel (a binary stream of gluondist.wire lines, or None). With ``progress`` a
+        """Start ``spec``: its process and its side channel (a binary stream of gluondist.wire
+        lines, or None). The process must lead a session of its own (``start_new_session``):
+        the teardown and the reaper signal that whole session, and killing the process must
+        end whatever it stands for (a remote tree, a Slurm step). With ``progress`` a
         worker gets a progress channel; ``error_file`` is a local path where its bootstrap
         may record an exception (a transport that relays records otherwise may ignore it)."""
 
