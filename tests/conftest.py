@@ -52,6 +52,17 @@ def tagged_pids(tag):
     return pids
 
 
+def role_alive(tag, role):
+    """Whether a live process of ``tag`` runs as ps-lite's ``role`` (its DMLC_ROLE)."""
+    def alive(pid):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                return f"DMLC_ROLE={role}".encode() in f.read().split(b"\0")
+        except OSError:
+            return False
+    return any(alive(pid) for pid in tagged_pids(tag))
+
+
 def run_cli(*args, env=None, timeout=120):
     """`gluondist ARGS` in a subprocess; returns the CompletedProcess (text output)."""
     return subprocess.run([sys.executable, "-m", "gluondist.cli", *map(str, args)],

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from conftest import HERE, SCRIPTS, TAG, kill_tagged, tagged_pids, wait_until
+from conftest import HERE, SCRIPTS, TAG, kill_tagged, role_alive, tagged_pids, wait_until
 
 WORKER = str(SCRIPTS / "fake_worker.py")
 
@@ -94,16 +94,6 @@ def test_a_console_that_cannot_take_a_line_drops_it_and_the_job_goes_on(tmp_path
     assert log.count("ünïcödé ✓") == 3000 and "unicode done" in log
     assert len(list(tmp_path.glob("*/done.*"))) == 2  # both workers finished (fake_node.py)
     assert left_after(tag, 10) == []
-
-
-def role_alive(tag, role):
-    def alive(pid):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                return f"DMLC_ROLE={role}".encode() in f.read().split(b"\0")
-        except OSError:
-            return False
-    return any(alive(pid) for pid in tagged_pids(tag))
 
 
 NOTEBOOK = """

@@ -10,20 +10,10 @@ import uuid
 
 import pytest
 
-from conftest import SCRIPTS, TAG, kill_tagged, tagged_pids, wait_until
+from conftest import SCRIPTS, TAG, kill_tagged, role_alive, tagged_pids, wait_until
 
 pytestmark = pytest.mark.slow
 JOB = str(SCRIPTS / "job.py")
-
-
-def _role_alive(tag, role):
-    def alive(pid):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                return f"DMLC_ROLE={role}".encode() in f.read().split(b"\0")
-        except OSError:
-            return False
-    return any(alive(pid) for pid in tagged_pids(tag))
 
 
 def test_sigterm_is_a_request_the_monitor_acts_on_and_the_cleanup_runs(launch, tmp_path):
@@ -38,7 +28,7 @@ def test_sigterm_is_a_request_the_monitor_acts_on_and_the_cleanup_runs(launch, t
     wait_until(lambda: len(list(tmp_path.glob("*.grandchild"))) == 2, message="grandchildren")
     assert os.listdir(tmp_path / "tmp")  # the launcher's error-record directory
     job.proc.send_signal(signal.SIGTERM)
-    wait_until(lambda: not _role_alive(job.tag, "server"), message="the teardown to begin")
+    wait_until(lambda: not role_alive(job.tag, "server"), message="the teardown to begin")
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGTERM):
         job.proc.send_signal(sig)
     assert job.wait(timeout=60) == 143, job.err
