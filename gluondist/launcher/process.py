@@ -212,9 +212,6 @@ class ProcessGroup:
     def running(self) -> List[Child]:
         return [c for c in self.children if c.exited is None]
 
-    def child(self, spec: ProcessSpec) -> Child:
-        return next(c for c in self.children if c.spec.label == spec.label)
-
     def request_stack(self, child: Child) -> bool:
         """Ask a worker's bootstrap to print every thread's stack; False if it has none."""
         if not runs_bootstrap(child.spec.argv) or child.exited is not None:
@@ -242,9 +239,8 @@ class ProcessGroup:
             c.error_record(), bool(c.exited) and self.transport.lost(c))
             for c in self.children)
 
-    def _close(self, timeout: float, hurry: threading.Event) -> List[ProcessSpec]:
-        stopped = [c.spec for c in self.running()]
-        self.stopped += stopped  # known even when close() raises an interrupt
+    def _close(self, timeout: float, hurry: threading.Event) -> None:
+        self.stopped += [c.spec for c in self.running()]  # known even if an interrupt follows
         for child in self.running():
             signal_tree(child.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
@@ -267,7 +263,6 @@ class ProcessGroup:
             self._reaper.stdin.close()
             if _wait(self._reaper, REAP_WAIT) is None:
                 self._reaper.kill()
-        return stopped
 
     def _reap(self) -> None:
         """Wait for every child, at most REAP_WAIT in all after the SIGKILL: one in

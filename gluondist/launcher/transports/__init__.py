@@ -80,10 +80,10 @@ class Backend:
             raise LaunchError("--server-hosts puts the servers on hosts of their own, which "
                               "needs --launcher ssh (and -H for the workers)")
         if options.interface is not None and not self.multi_host:
-            raise LaunchError(f"--interface is for multi-host jobs ({_multi_host_flags()}); "
+            raise LaunchError(f"--interface is for multi-host jobs ({_with('multi_host')}); "
                               "a local job binds 127.0.0.1")
         if options.stall_timeout is not None and not self.progress:
-            raise LaunchError(f"--stall-timeout works with {_progress_flags()}; "
+            raise LaunchError(f"--stall-timeout works with {_with('progress')}; "
                               f"{self.name} gives workers no progress channel")
 
     def check_resources(self, options: "LaunchOptions") -> None:
@@ -126,9 +126,6 @@ def unregister(name: str) -> None:
     _registered.pop(name, None)
 
 
-def _multi_host_flags() -> str:
-    return " or ".join(f"--launcher {n}" for n in names() if backend(n).multi_host)
-
-
-def _progress_flags() -> str:
-    return " or ".join(f"--launcher {n}" for n in names() if backend(n).progress)
+def _with(capability: str) -> str:
+    """The backends that have ``capability``, as flags: "--launcher ssh or --launcher slurm"."""
+    return " or ".join(f"--launcher {n}" for n in names() if getattr(backend(n), capability))
