@@ -140,15 +140,29 @@ def test_the_plots_are_drawn_by_the_command(tmp_path):
     assert '"kvstore_w2.json"' in (ROOT / "benchmarks" / "plots.py").read_text()
 
 
-def test_launch_help_shows_each_options_environment_variable():
+def test_every_launch_option_has_an_environment_variable_and_help_shows_it():
+    import click
     from click.testing import CliRunner
+    import gluondist.envvars as ev
     from gluondist.cli import cli
     from gluondist.launcher.options import flags
-    shown = " ".join(CliRunner().invoke(cli, ["launch", "--help"]).output.split())
-    named = [flag.envvar for flag, _ in flags().values() if flag.envvar]
-    assert len(named) >= 8
-    assert [n for n in named if f"env var: {n}" not in shown.replace("[env var: ", "env var: ")
-            ] == []
+    declared = flags()
+    assert len(declared) >= 16  # every LaunchOptions field with a flag
+    without = [name for name, (flag, _) in declared.items() if flag.envvar is None]
+    assert without == [], f"these options declare no envvar: {without}"
+    named = [flag.envvar for flag, _ in declared.values()]
+    assert len(set(named)) == len(named)
+    assert [n for n in named if getattr(ev, n, None) != n] == []  # a constant of envvars.py
+    # each option's entry as --help prints it (the text click lays out, line breaks aside)
+    launch = cli.commands["launch"]
+    ctx = click.Context(launch, info_name="launch")
+    entries = {p.name: " ".join(p.get_help_record(ctx)[1].split()) for p in launch.params
+               if isinstance(p, click.Option) and p.name in declared}
+    assert sorted(entries) == sorted(declared)
+    assert [n for n, (flag, _) in declared.items()
+            if f"[env var: {flag.envvar}" not in entries[n]] == []
+    shown = "".join(CliRunner().invoke(cli, ["launch", "--help"]).output.split())
+    assert [n for n, entry in entries.items() if "".join(entry.split()) not in shown] == []
 
 
 def used_envvars():

@@ -134,3 +134,26 @@ def test_launch_refuses_an_unknown_option_in_one_line():
     from gluondist.launcher.errors import LaunchError
     with pytest.raises(LaunchError, match=r"^launch\(\) got unknown option\(s\) dry_run; "):
         gluondist.launch("train.py", dry_run=True)
+
+
+def test_options_come_from_their_environment_variables_and_the_command_line_wins():
+    # GLUONDIST_ENV's pairs are space-separated (click splits a repeatable option's variable)
+    env = {"GLUONDIST_ENV": "FROM_ENV=1 ALSO=a=b", "GLUONDIST_THREADS": "3",
+           "GLUONDIST_NUM_WORKERS": "2"}
+    proc = run_cli("launch", "--dry-run", JOB, env=env)
+    assert proc.returncode == 0, proc.stderr
+    worker = proc.stdout.split("worker 1 on ")[1]
+    assert "    FROM_ENV=1" in worker and "    ALSO=a=b" in worker
+    assert "    OMP_NUM_THREADS=3" in worker
+    proc = run_cli("launch", "--dry-run", "--env", "GIVEN=2", "--threads", "2", JOB, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "FROM_ENV" not in proc.stdout and "    GIVEN=2" in proc.stdout
+    assert "    OMP_NUM_THREADS=2" in proc.stdout.split("worker 0 on ")[1]
+
+
+def test_a_bad_value_from_an_environment_variable_names_the_variable():
+    proc = run_cli("launch", "--dry-run", JOB, env={"GLUONDIST_START_TIMEOUT": "0"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "gluondist: error: Invalid value for '--start-timeout' (env var: "
+        "'GLUONDIST_START_TIMEOUT'): 0.0 is not in the range x>0.")

@@ -50,16 +50,19 @@ class LaunchOptions:
                               "dist_device_sync.")
     host: str = "127.0.0.1"
     start_timeout: float = _flag(300.0, "--start-timeout", type="seconds", bench=True,
+                                 envvar=ev.GLUONDIST_START_TIMEOUT,
                                  help="Seconds for every worker and server to join before the "
                                       "job fails.")
     log_dir: Optional[str] = _flag(None, "--log-dir", type="dir", envvar=ev.GLUONDIST_LOG_DIR,
                                    help="Also write each process's output to DIR: "
                                         "scheduler.log, server.0.log, worker.1.log, ...")
     env: Dict[str, str] = _flag(dict, "--env", metavar="KEY=VALUE", multiple=True, bench=True,
+                                envvar=ev.GLUONDIST_ENV,
                                 help="Set an environment variable in every process "
-                                     "(repeatable).")
+                                     "(repeatable; its variable takes space-separated "
+                                     "pairs, used only without --env).")
     # OMP_NUM_THREADS per worker; None: cores / local workers
-    threads: Optional[int] = _flag(None, "--threads", type=int,
+    threads: Optional[int] = _flag(None, "--threads", type=int, envvar=ev.GLUONDIST_THREADS,
                                    help="OMP_NUM_THREADS per worker [default: cores / workers, "
                                         "unless set].")
     # start a failed job again, from scratch, at most this many times
@@ -88,14 +91,17 @@ class LaunchOptions:
                                                  "hosts (--launcher ssh).")
     server_hosts_source: str = "--server-hosts"
     interface: Optional[str] = _flag(None, "--interface", type=str, bench=True,
+                                     envvar=ev.GLUONDIST_INTERFACE,
                                      help="Network interface ps-lite uses on each host.")
-    gpus_per_worker: int = _flag(0, "--gpus-per-worker",
+    gpus_per_worker: int = _flag(0, "--gpus-per-worker", envvar=ev.GLUONDIST_GPUS_PER_WORKER,
                                  help="Give each worker its own GPUs on its host "
                                       "(CUDA_VISIBLE_DEVICES).")
     ssh_config: Optional[str] = _flag(None, "--ssh-config", type="file", bench=True,
+                                      envvar=ev.GLUONDIST_SSH_CONFIG,
                                       help="An ssh client configuration file (ssh -F).")
     # The scheduler's address as the others reach it (NAT, containers); it then binds 0.0.0.0.
     scheduler_address: Optional[str] = _flag(None, "--scheduler-address", type=str, bench=True,
+                                             envvar=ev.GLUONDIST_SCHEDULER_ADDRESS,
                                              help="The address the others reach the scheduler "
                                                   "at, when it differs from its host's (NAT, "
                                                   "containers); the scheduler then binds "
