@@ -6,8 +6,10 @@ Reads (each written by the command in parentheses, run from benchmarks/):
   fit_overhead.json     (python fit_overhead.py --repeats 9 --json results/fit_overhead.json)
   loader_overhead.json  (python loader_overhead.py --repeats 7 --json results/loader_overhead.json)
   kvstore_w2.json       (python network.py --only bench --json results/kvstore_w2.json, as root)
+  workers.json          (python workers.py --json results/workers.json, as root)
 and writes fit_vs_hand.png (each pair's fit/hand ratio, arrays and DataLoader), kvstore.png
-(the bench table: step time against servers per layout, with the cost model's line) and
+(the bench table: step time against servers per layout, with the cost model's line),
+workers.png (throughput against workers, per layout, with the cost model's line) and
 learning_curve.png (History.plot of the first fit on docs/index.md, its block run as it is).
 """
 import argparse
@@ -50,6 +52,43 @@ def kvstore(results, path):
     plot_rows(saved["rows"], path, title="2 workers, 8 MB in one array, 200 Mbit/s links")
 
 
+def workers(results, path):
+    """Throughput against workers, one series per layout with the model's line; each point
+    labelled with the model's error as the kvstore bench labels it. A job that crosses no link
+    (one worker beside its server) has no model figure and is left out: the table has it."""
+    from matplotlib.figure import Figure
+    with open(os.path.join(results, "workers.json")) as f:
+        saved = json.load(f)
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
+    for layout, marker in (("colocated", "o"), ("dedicated", "s")):
+        rows = [r for r in saved["rows"] if r["layout"] == layout and r["predicted_mb_per_s"]]
+        w = [r["workers"] for r in rows]
+        dots = ax.plot(w, [r["mb_per_s"] for r in rows], marker, label=f"{layout}, measured")
+        ax.plot(w, [r["predicted_mb_per_s"] for r in rows], "-", color=dots[0].get_color(),
+                label=f"{layout}, cost model")
+        for r in rows:
+            error = r["predicted_step_s"] / r["step_s"] - 1
+            ax.annotate(f"{error:+.0%}" if round(error, 2) else "0%",
+                        (r["workers"], r["mb_per_s"]), textcoords="offset points",
+                        xytext=(7, -4), fontsize="small")
+    ax.set_xticks(range(1, max(r["workers"] for r in saved["rows"]) + 1))
+    ax.margins(x=0.15)  # room for the error labels inside the frame
+    highest = max(v for r in saved["rows"] if r["predicted_mb_per_s"]
+                  for v in (r["mb_per_s"], r["predicted_mb_per_s"]))
+    ax.set_ylim(0, highest * 1.35)  # from 0; the legend sits in the room above the points
+    ax.set_xlabel("workers W, each on a host of its own")
+    ax.set_ylabel(f"MB/s synchronised: workers x {saved['mbytes']:g} MB / step time")
+    ax.set_title(f"W workers, W servers: {saved['mbytes']:g} MB per worker per step, "
+                 f"{saved['rate']} links", fontsize="medium")
+    ax.legend(loc="upper left", fontsize="small", ncol=2)
+    ax.text(0.99, 0.02, "beside each point: the model's error, predicted / measured step "
+            "time - 1\n(-10%: the step took longer than predicted)", transform=ax.transAxes,
+            ha="right", va="bottom", fontsize="x-small")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
 def learning_curve(path):
     """History.plot of the first fit on Getting started: that page's block, run as it is in a
     scratch directory (it writes ckpt/ and curves.png there)."""
@@ -76,6 +115,7 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     fit_vs_hand(args.results, os.path.join(args.out, "fit_vs_hand.png"))
     kvstore(args.results, os.path.join(args.out, "kvstore.png"))
+    workers(args.results, os.path.join(args.out, "workers.png"))
     learning_curve(os.path.join(args.out, "learning_curve.png"))
 
 

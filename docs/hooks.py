@@ -1,8 +1,9 @@
 """MkDocs hooks (mkdocs.yml `hooks:`): the command-line reference generated from the CLI's own
 `--help`, the environment variables' table from the options' declarations, the Measured page's
-bench table from the saved result its plot is drawn from, and a check that every option, repository file and `gluondist.*` name a page shows
-in code (or a docstring names in a Sphinx role) exists. A name that does not is a warning,
-which `mkdocs build --strict` turns into a failed build (tests/test_docs.py runs it)."""
+bench tables from the saved results their plots are drawn from, and a check that every option,
+repository file and `gluondist.*` name a page shows in code (or a docstring names in a Sphinx
+role) exists. A name that does not is a warning, which `mkdocs build --strict` turns into a
+failed build (tests/test_docs.py runs it)."""
 from __future__ import annotations
 
 import logging
@@ -19,6 +20,7 @@ log = logging.getLogger("mkdocs.plugins.gluondist")
 CLI_MARK = "<!-- gluondist --help -->"
 ENV_MARK = "<!-- gluondist launch environment -->"
 BENCH_MARK = re.compile(r"<!-- bench table: (\S+\.json) -->")
+WORKERS_MARK = re.compile(r"<!-- workers table: (\S+\.json) -->")
 # Options of other programs that pages show alone (not after their command), and the file
 # that defines each: checked there instead.
 FOREIGN = {"--ctx": "examples/digits.py", "--repeats": "benchmarks/launcher_overhead.py",
@@ -101,6 +103,23 @@ def bench_table(path: str) -> str:
         out.append(f"| {r['servers']} | {r['layout']} | {r['step_s']:.3f} | "
                    f"{r['predicted_step_s']:.3f} | {error:+.0%} | "
                    f"{r['link_efficiency']:.0%} | {'' if whole is None else f'{whole:.3f}'} |")
+    return "\n".join(out) + "\n"
+
+
+def workers_table(path: str) -> str:
+    """A saved `benchmarks/workers.py --json` sweep as a table, from the file its plot is
+    drawn from (benchmarks/plots.py's workers.png)."""
+    import json
+    rows = json.loads((ROOT / path).read_text())["rows"]
+    out = ["| W | layout | step s | MB/s | model MB/s | error | link eff |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        model, eff = r["predicted_step_s"], r["link_efficiency"]
+        error = "" if model is None else f"{model / r['step_s'] - 1:+.0%}"
+        out.append(f"| {r['workers']} | {r['layout']} | {r['step_s']:.3f} | "
+                   f"{r['mb_per_s']:.1f} | "
+                   f"{'' if model is None else format(r['predicted_mb_per_s'], '.1f')} | "
+                   f"{error} | {'' if eff is None else format(eff, '.0%')} |")
     return "\n".join(out) + "\n"
 
 
@@ -193,6 +212,7 @@ def on_page_markdown(markdown, page, config, files):
         log.warning(f"{page.file.src_uri}: {problem}")
     # generated from the code, so checked by it
     markdown = BENCH_MARK.sub(lambda m: bench_table(m.group(1)), markdown)
+    markdown = WORKERS_MARK.sub(lambda m: workers_table(m.group(1)), markdown)
     return markdown.replace(CLI_MARK, cli_help()).replace(ENV_MARK, env_table())
 
 

@@ -73,3 +73,39 @@ def test_calibrated_from_one_row():
     rate = calibrate(one, 0.9)
     assert predict(one, rate, 0.9) == pytest.approx(0.9)
     assert predict(two, rate, 0.9) == pytest.approx(0.9 * 10 / 18)
+
+
+def _workers_sweep():
+    import importlib.util
+    from conftest import ROOT
+    spec = importlib.util.spec_from_file_location("workers", ROOT / "benchmarks" / "workers.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_workers_sweep_is_modelled_from_one_calibration():
+    sweep = _workers_sweep()
+    measured = [(w, kind, 1.0, None) for w in (1, 2, 3, 4) for kind in ("colocated", "dedicated")]
+    rows = {(r["workers"], r["layout"]): r for r in sweep.sweep_rows(measured, 8)}
+    assert rows[1, "colocated"]["predicted_step_s"] is None  # one host: no link crossed
+    assert rows[1, "dedicated"]["predicted_step_s"] == pytest.approx(1.0)  # the calibration
+    # every server behind one link: W times the bytes, so the same throughput for every W
+    assert [rows[w, "dedicated"]["predicted_mb_per_s"] for w in (1, 2, 3, 4)] == \
+        pytest.approx([8.0] * 4)
+    # a server on each worker's host: 2 x 8 MB x (W - 1) / W each way, plus the fill
+    # (3 servers hold the 8 chunks as 3, 3, 2: the busiest host's share sets the step)
+    assert rows[2, "colocated"]["predicted_step_s"] == pytest.approx(1.0)
+    assert rows[4, "colocated"]["predicted_step_s"] == pytest.approx(15 / 9)
+    assert rows[3, "colocated"]["predicted_step_s"] == pytest.approx(13 / 9)
+
+
+def test_the_saved_workers_sweep_is_what_the_model_makes_of_its_step_times():
+    import json
+    from conftest import ROOT
+    saved = json.loads((ROOT / "benchmarks" / "results" / "workers.json").read_text())
+    measured = [(r["workers"], r["layout"], r["step_s"], r["link_efficiency"])
+                for r in saved["rows"]]
+    assert sorted((w, k) for w, k, _, _ in measured) == \
+        [(w, k) for w in (1, 2, 3, 4) for k in ("colocated", "dedicated")]
+    assert _workers_sweep().sweep_rows(measured, saved["mbytes"]) == saved["rows"]
