@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import gluondist
-from conftest import SCRIPTS, curves, rel_diff
+from conftest import SCRIPTS, Job, curves, kill_tagged, rel_diff
 
 sys.path.insert(0, str(SCRIPTS))
 import fit_job  # noqa: E402
@@ -51,6 +51,32 @@ def resume_like_one_process(launch, tmp_path, ckpt, first):
 
 
 RULES_SCRIPT = str(SCRIPTS / "fit_rules_job.py")
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """A job that two tests assert different things about, run once: ``shared(kvstore, epochs,
+    batch, opts)`` runs fit_job.py so and returns (the ended Job, its output directory, the
+    pids of it still alive after it ended). Every job is killed and checked at the end."""
+    done, jobs = {}, []
+
+    def run(kind, epochs, batch, opts):
+        key = (kind, epochs, batch, json.dumps(opts, sort_keys=True))
+        if key not in done:
+            path = tmp_path_factory.mktemp("job")
+            job = Job(["-n", "2", "-s", "1", "--kvstore", kind, SCRIPT, str(path), str(epochs),
+                       str(batch), key[3]], path)
+            jobs.append(job)
+            job.wait(timeout=300)
+            done[key] = job, path, job.leftovers()
+        return done[key]
+
+    yield run
+    for job in jobs:
+        if job.proc.poll() is None:
+            job.kill()
+        stray = kill_tagged(job.tag)
+        assert not stray, f"processes of {job.args} outlived the test: {stray}"
 
 
 @pytest.mark.parametrize("opts", [{}, {"clip": 0.3, "schedule": True}])
@@ -114,18 +140,25 @@ def test_dist_async_trains(launch, tmp_path):
         assert h["val_loss"][-1] < h["val_loss"][0]
 
 
+# several fits under dist_async: the job of the BatchNorm test below (the same fits, with
+# BatchNorm in the nets), run once for both
+SEVERAL_ASYNC = ("dist_async", 2, 16, {"batchnorm": True, "several": True, "lr": 0.1,
+                                       "momentum": 0.0})
+
+
 @pytest.mark.parametrize("kind", ["dist_sync", "dist_async"])
-def test_several_fits_in_one_job_finish_and_agree(launch, tmp_path, kind):
+def test_several_fits_in_one_job_finish_and_agree(shared, kind):
     opts = {"several": True, "lr": 0.1, "momentum": 0.0}
-    job = launch("-n", 2, "-s", 1, "--kvstore", kind, SCRIPT, tmp_path, 2, 16, json.dumps(opts))
-    assert job.wait(timeout=300) == 0, job.err
-    (p0, p1), (h0, h1) = job_results(tmp_path, 2)
+    job, path, leftovers = shared(kind, 2, 16, opts) if kind == "dist_sync" \
+        else shared(*SEVERAL_ASYNC)
+    assert job.proc.returncode == 0, job.err
+    (p0, p1), (h0, h1) = job_results(path, 2)
     assert len(h0["loss"]) == 2
     if kind == "dist_sync":  # async workers apply their pushes in no fixed order
         assert h0 == h1 and all(np.array_equal(p0[k], p1[k]) for k in p0)
         ref, ref_history = one_process(2, 32, opts)
         assert rel_diff(total(ref), total(p0)) <= 1e-4
-    assert job.leftovers() == []
+    assert leftovers == []
 
 
 def test_a_stop_mid_epoch_then_resume_equals_an_uninterrupted_job(launch, tmp_path):
@@ -163,20 +196,24 @@ def test_regression_metrics_of_a_job_are_exact(launch, tmp_path):
     assert h0["val_mae"][-1] == pytest.approx(exact["mae"], rel=1e-6)
 
 
-def test_batchnorm_trains_under_dist_async(launch, tmp_path):
+def test_batchnorm_trains_under_dist_async(shared):
     # each worker's statistics are averaged over its own devices only (no sums through servers)
-    job = launch("-n", 2, "-s", 1, "--kvstore", "dist_async", SCRIPT, tmp_path, 2, 16,
-                 json.dumps({"batchnorm": True, "several": True, "lr": 0.1, "momentum": 0.0}))
-    assert job.wait(timeout=300) == 0, job.err
-    _, histories = job_results(tmp_path, 2)
+    job, path, leftovers = shared(*SEVERAL_ASYNC)
+    assert job.proc.returncode == 0, job.err
+    _, histories = job_results(path, 2)
     assert all(len(h["loss"]) == 2 for h in histories)
-    assert job.leftovers() == []
+    assert leftovers == []
 
 
-def test_batchnorm_statistics_are_equal_on_every_worker(launch, tmp_path):
-    job = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 2, 16, json.dumps({"batchnorm": True}))
-    assert job.wait(timeout=300) == 0, job.err
-    (p0, p1), _ = job_results(tmp_path, 2)
+# a plain dist_sync job of BatchNorm nets, 2 epochs of 16: run once for the next test and the
+# time split's
+BATCHNORM_SYNC = ("dist_sync", 2, 16, {"batchnorm": True})
+
+
+def test_batchnorm_statistics_are_equal_on_every_worker(shared):
+    job, path, _ = shared(*BATCHNORM_SYNC)
+    assert job.proc.returncode == 0, job.err
+    (p0, p1), _ = job_results(path, 2)
     stats = [k for k in p0 if "running" in k]
     assert len(stats) == 2
     for key in p0:
@@ -194,10 +231,10 @@ def test_two_workers_accumulating_2_batches_of_16_compute_one_process_of_64(laun
     assert np.allclose(h0["loss"], ref_history["loss"], rtol=1e-4)
 
 
-def test_a_jobs_time_split_has_the_mean_and_the_slowest_worker(launch, tmp_path):
-    job = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 2, 16, json.dumps({}))
-    assert job.wait(timeout=300) == 0, job.err
-    histories = [json.loads((tmp_path / f"history.{r}.json").read_text()) for r in range(2)]
+def test_a_jobs_time_split_has_the_mean_and_the_slowest_worker(shared):
+    job, path, leftovers = shared(*BATCHNORM_SYNC)
+    assert job.proc.returncode == 0, job.err
+    histories = [json.loads((path / f"history.{r}.json").read_text()) for r in range(2)]
     split = ("data_seconds", "compute_seconds", "sync_seconds")
     for key in (*split, *(f"slowest_{k}" for k in split), "slowest_worker"):
         assert histories[0][key] == histories[1][key], key  # every worker reports the same
@@ -236,13 +273,12 @@ def test_shards_of_different_lengths_fail_quickly_on_every_worker(launch, tmp_pa
     assert job.leftovers() == []
 
 
-@pytest.mark.parametrize("round_", range(2))
 @pytest.mark.parametrize("kind", ["dist_sync", "dist_async"])
-def test_fits_in_a_row_on_one_checkpoint_dir_agree_on_the_checkpoint(launch, tmp_path, kind,
-                                                                     round_):
-    # without the wait for rank 0's write, a worker found an older checkpoint in every run tried
-    job = launch("-n", 2, "-s", 1, "--kvstore", kind, RULES_SCRIPT, tmp_path, "refit")
+def test_fits_in_a_row_on_one_checkpoint_dir_agree_on_the_checkpoint(launch, tmp_path, kind):
+    # without the wait for rank 0's write, a worker found an older checkpoint in every run tried;
+    # two rounds in one job (each on a new net and checkpoint_dir), where two jobs ran one each
+    job = launch("-n", 2, "-s", 1, "--kvstore", kind, RULES_SCRIPT, tmp_path, "refit", 2)
     assert job.wait(timeout=300) == 0, job.err
     for rank in (0, 1):  # each fit resumed the previous one's last epoch, on every worker
-        assert json.loads((tmp_path / f"{rank}.done").read_text()) == [0, 1, 2, 3, 4], rank
+        assert json.loads((tmp_path / f"{rank}.done").read_text()) == [[0, 1, 2, 3, 4]] * 2, rank
     assert job.leftovers() == []

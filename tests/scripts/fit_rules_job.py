@@ -8,10 +8,11 @@ refused on every worker before any batch: each worker writes the message to <ran
 at a barrier after each (so every file exists before any worker exits), and re-raises the
 last.
 
-MODE `refit`: several fits in a row on one checkpoint_dir, each resuming the previous one and
-training one epoch more (a net of about a million parameters, so rank 0's write takes a
+MODE `refit` [ROUNDS]: several fits in a row on one checkpoint_dir, each resuming the previous
+one and training one epoch more (a net of about a million parameters, so rank 0's write takes a
 while); writes <rank>.done with the epoch each fit resumed at (JSON), which must be 0, 1, 2 …
-on every worker.
+on every worker. ROUNDS (default 1) repeats that on a new net and checkpoint_dir each, in the
+same job: <rank>.done then holds one such list per round.
 """
 import json
 import os
@@ -67,14 +68,18 @@ def main():
         refused(out, "error", lambda: gluondist.fit(net(16), shard, epochs=2, batch_size=16,
                                                     seed=1), reraise=True)
         return
-    ckpt = os.path.join(out, "ckpt")
-    model, starts = net(4096), Starts()
-    for epochs in range(1, 6):
-        gluondist.fit(model, (X, y), epochs=epochs, batch_size=16, seed=1,
-                      checkpoint_dir=ckpt, callbacks=[starts],
-                      optimizer_params={"learning_rate": 0.05})
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    done = []
+    for round_ in range(rounds):
+        ckpt = os.path.join(out, f"ckpt{round_}" if round_ else "ckpt")
+        model, starts = net(4096), Starts()
+        for epochs in range(1, 6):
+            gluondist.fit(model, (X, y), epochs=epochs, batch_size=16, seed=1,
+                          checkpoint_dir=ckpt, callbacks=[starts],
+                          optimizer_params={"learning_rate": 0.05})
+        done.append(starts.starts)
     with open(os.path.join(out, f"{rank}.done"), "w") as f:
-        json.dump(starts.starts, f)
+        json.dump(done if rounds > 1 else done[0], f)
 
 
 class Starts(gluondist.Callback):
