@@ -25,7 +25,8 @@ INSTALL_HINT = (
 )
 __all__ = ["fit", "launch", "LaunchOptions", "LaunchResult", "History", "Callback",
            "EarlyStopping", "ProgressBar", "EpochLogger", "Checkpointer", "SaveBest", "CSVLogger",
-           "TensorBoard", "evaluate", "predict", "kvstore", "parallel", "recipes", "checkpoint"]
+           "TensorBoard", "evaluate", "predict", "kvstore", "parallel", "recipes", "checkpoint",
+           "elastic"]
 
 _LAZY = {
     "fit": ("gluondist.training.loop", "fit"),
@@ -47,6 +48,7 @@ _LAZY = {
     "parallel": ("gluondist.parallel", None),
     "recipes": ("gluondist.recipes", None),
     "checkpoint": ("gluondist.checkpoint", None),
+    "elastic": ("gluondist.elastic", None),
     "callbacks": ("gluondist.callbacks", None),  # a door to names already in __all__
 }
 

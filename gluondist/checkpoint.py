@@ -59,17 +59,21 @@ class RunState:
     history: Dict[str, list]
     rng: dict  # Python's and numpy's global RNG states (see rng_states())
     callbacks: Dict[str, dict]  # each callback's state_dict(), by CallbackList key
+    # samples per step over all workers (None in checkpoints older than elastic jobs), which a
+    # resume keeps whatever the worker count
+    global_batch: Optional[int] = None
 
     @classmethod
     def capture(cls, run) -> "RunState":
         """The state of ``run`` (a :class:`gluondist.training.run.Run`) at the end of an epoch."""
         return cls(seed=run.seed, signature=signature(run.net), history=run.history.history,
-                   rng=rng_states(), callbacks=run.callbacks.state_dict())
+                   rng=rng_states(), callbacks=run.callbacks.state_dict(),
+                   global_batch=run.global_batch)
 
     @classmethod
     def of(cls, state: dict) -> "RunState":
         """The run's fields of a state.json already checked by :meth:`validate`."""
-        return cls(**{f.name: state[f.name] for f in fields(cls)})
+        return cls(**{f.name: state[f.name] for f in fields(cls) if f.name in state})
 
     @staticmethod
     def validate(state: dict, need) -> None:
@@ -84,6 +88,8 @@ class RunState:
         need(isinstance(rng, dict) and _rng_ok(rng), "rng")
         need(isinstance(state.get("callbacks"), dict) and all(
             isinstance(v, dict) for v in state["callbacks"].values()), "callbacks")
+        need(state.get("global_batch") is None or _int(state["global_batch"], 1, 2 ** 62),
+             "global_batch")
 
     def apply(self, run, callback_arrays: dict) -> None:
         """Give a resumed ``run`` its History, its callbacks' states and the RNG states."""

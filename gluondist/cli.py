@@ -13,6 +13,7 @@ from .launcher.child.proctree import signal_exit
 from .launcher.errors import LaunchError, Stopped, StopRequest
 from .launcher.options import LaunchOptions, flags
 from .launcher.plan import LaunchPlan
+from .launcher import resize
 from .launcher.session import dry_run as plan_only, launch_job, terminal
 from .launcher.kubernetes import LAYOUTS, SCHEDULER_PORT
 
@@ -31,7 +32,8 @@ def cli():
 
 
 _TYPES = {"dir": click.Path(file_okay=False), "file": click.Path(dir_okay=False),
-          "seconds": click.FloatRange(min=0, min_open=True)}
+          "seconds": click.FloatRange(min=0, min_open=True),
+          "workers": click.STRING}  # N or MIN:MAX, read by LaunchOptions
 
 
 def launch_flags(*names: str, **changes):
@@ -89,7 +91,10 @@ def launch(dry_run, command, **values):
     options = options_of(command, values)
     cores = os.cpu_count() or 1
     if dry_run:
-        _print_plan(plan_only(options, os.environ, cores), options)
+        plan = plan_only(options, os.environ, cores, terminal())
+        _print_plan(plan, options)
+        if options.elastic:
+            click.echo(resize.rule(options, len(plan.of_role("worker"))))
         return
     result = _supervised(lambda stop: launch_job(options, terminal(), base_env=os.environ,
                                                  cores=cores, stop=stop))

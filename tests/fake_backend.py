@@ -41,7 +41,8 @@ class Fake(Backend):
     multi_host = takes_hosts = True
 
     def __init__(self):
-        self.down = set()  # hosts that fail the check before a restart
+        self.down = set()  # hosts that fail every check (at the start and before a restart)
+        self.down_from = {}  # host -> the first attempt whose check it fails
         self.checked = []  # (attempt, hosts checked)
 
     def transport(self, options, env):
@@ -49,11 +50,12 @@ class Fake(Backend):
 
     def reachable(self, hosts, server_hosts, options, attempt, show):
         self.checked.append((attempt, tuple(h.name for h in hosts)))
-        for name in sorted({h.name for h in hosts} & self.down):
+        down = self.down | {h for h, first in self.down_from.items() if attempt >= first}
+        for name in sorted({h.name for h in hosts} & down):
             show(f"gluondist: host {name} is unreachable (down): left out of attempt {attempt}",
                  True)
-        return (tuple(h for h in hosts if h.name not in self.down),
-                tuple(h for h in server_hosts if h.name not in self.down))
+        return (tuple(h for h in hosts if h.name not in down),
+                tuple(h for h in server_hosts if h.name not in down))
 
 
 class FakeSshTransport(SshTransport):

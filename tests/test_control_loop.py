@@ -137,8 +137,8 @@ def test_a_restart_that_no_longer_fits_is_refused_in_one_line(tmp_path, fake):
     result, notes = run(tmp_path, "exit", "255", "1", max_restarts=1)
     assert result.exit_code == 75 and len(result.attempts) == 1
     assert notes[-2] == ("gluondist: cannot restart: the hosts left have 1 slot(s) for -n 2; "
-                         "-n is never lowered (it sets the global batch): bring the hosts back "
-                         "or add some")
+                         "-n is never lowered (it sets the global batch): bring the hosts "
+                         "back, add some, or give -n MIN:MAX")
     assert notes[-1] == "gluondist: exit code 75 (lost a host)"
 
 

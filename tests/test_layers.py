@@ -92,9 +92,10 @@ def test_what_workers_and_pods_import_first_is_standard_library():
 def test_code_that_runs_in_the_launchers_children_imports_only_its_own_layer():
     known = modules()
     # a pod builds its role like the launcher does (roles.py); a server loads optimizers;
-    # the side channel's messages and exit codes are defined once (wire.py)
+    # the side channel's messages and exit codes are defined once (wire.py); the signal that
+    # asks a worker to stop for a resize, and its flag, once (elastic.py)
     shared = {"gluondist", "gluondist.envvars", "gluondist.launcher.roles",
-              "gluondist.kv.safepickle", "gluondist.wire"}
+              "gluondist.kv.safepickle", "gluondist.wire", "gluondist.elastic"}
     child = {m for m in known if m.startswith("gluondist.launcher.child")}
     reach = {m: imports(m, known[m], known) - child - shared for m in child}
     assert {m: found for m, found in reach.items() if found} == {}

@@ -16,6 +16,7 @@ import pytest
 import gluondist
 import netns
 from conftest import SCRIPTS, rel_diff, wait_until
+from gluondist.launcher.child.remote import PROTOCOL
 from gluondist.launcher.transports import ssh
 from gluondist.launcher.outcome import LOST_EXIT
 from test_fit_job import job_results, one_process, total
@@ -158,8 +159,8 @@ def test_a_host_with_another_gluondist_is_named(cluster, tmp_path):
     with pytest.raises(ssh.LaunchError) as raised:
         ssh.preflight([first, second], str(python), cluster.ssh_config)
     assert str(raised.value) == (
-        f"host {first}: gluondist 0.0.9 (protocol 1) for {python}, but the launcher runs "
-        f"gluondist {gluondist.__version__} (protocol 1); install gluondist "
+        f"host {first}: gluondist 0.0.9 (protocol {PROTOCOL}) for {python}, but the launcher "
+        f"runs gluondist {gluondist.__version__} (protocol {PROTOCOL}); install gluondist "
         f"{gluondist.__version__} there")
     ssh.preflight([first, second], sys.executable, cluster.ssh_config)
 

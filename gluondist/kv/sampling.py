@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -28,13 +28,16 @@ class ShardedBatchSampler:
     Every epoch draws one permutation from ``derive_seed(seed, SHUFFLE, epoch)`` (identical on
     every worker), cuts it into global batches of ``batch_size * num_workers`` and gives worker
     ``rank`` slice ``rank`` of each. N workers with local batch b therefore see exactly the
-    batches one process with batch N*b sees. The last, partial global batch is split as evenly
+    batches one process with batch N*b sees. ``global_batch_size`` fixes the global batch
+    instead (an elastic job keeps its first start's when N changes): slices then differ by at
+    most one sample. The last, partial global batch is split as evenly
     as possible (``last_batch='keep'``; a worker's share may then be empty) or dropped
     (``last_batch='discard'``). Iterating yields this worker's index arrays, so it also works as
     a ``gluon.data.DataLoader(batch_sampler=...)`` with ``last_batch='discard'``."""
 
     def __init__(self, length: int, batch_size: int, num_workers: int = 1, rank: int = 0,
-                 shuffle: bool = True, seed: int = 0, last_batch: str = "keep"):
+                 shuffle: bool = True, seed: int = 0, last_batch: str = "keep",
+                 global_batch_size: Optional[int] = None):
         if length < 1:
             raise ValueError("the data set is empty")
         if batch_size < 1:
@@ -46,11 +49,8 @@ class ShardedBatchSampler:
         self.length, self.batch_size = length, batch_size
         self.num_workers, self.rank = num_workers, rank
         self.shuffle, self.seed, self.last_batch = shuffle, seed, last_batch
+        self.global_batch_size = global_batch_size or batch_size * num_workers
         self.epoch = 0
-
-    @property
-    def global_batch_size(self) -> int:
-        return self.batch_size * self.num_workers
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

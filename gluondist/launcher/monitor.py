@@ -4,6 +4,8 @@ from __future__ import annotations
 import time
 from typing import Optional
 
+from .. import wire
+from .child.proctree import exit_status
 from .outcome import Ending, Stall, Why
 from .plan import LaunchPlan, ProcessSpec
 from .process import ProcessGroup
@@ -33,10 +35,11 @@ class Joins:
 
 
 def watch(plan: LaunchPlan, group: ProcessGroup, joins: Joins, start_timeout: float,
-          stall_timeout: Optional[float] = None, stop=None) -> Ending:
+          stall_timeout: Optional[float] = None, stop=None, resizing=None) -> Ending:
     """Poll ``group`` (started) until every worker succeeded, a process failed, the job did not
     form in time, (with ``stall_timeout``) no worker progressed for that long, or ``stop`` (a
-    StopRequest) was set; return what ended it."""
+    StopRequest) was set; return what ended it. Once ``resizing`` (an Event) is set, a worker
+    that exits with wire.RESIZED stopped as asked: it counts as succeeded."""
     workers = {s.label for s in plan.of_role("worker")}
     started = time.monotonic()
     succeeded = set()
@@ -49,7 +52,9 @@ def watch(plan: LaunchPlan, group: ProcessGroup, joins: Joins, start_timeout: fl
             return _stopped(stop)
         for exited in group.poll():
             spec = exited.spec
-            if spec.label in workers and exited.returncode == 0:
+            asked = resizing is not None and resizing.is_set() and \
+                exit_status(exited.returncode) == wire.RESIZED
+            if spec.label in workers and (exited.returncode == 0 or asked):
                 succeeded.add(spec.label)
                 continue
             if spec.label not in workers and (exited.returncode == 0 or succeeded == workers):

@@ -5,6 +5,7 @@ import math
 import os
 import shutil
 import sys
+import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import Dict, Optional, Tuple, Union
 
@@ -41,8 +42,13 @@ class LaunchOptions:
     command-line flag declares it here, once."""
 
     command: Tuple[str, ...]
-    num_workers: int = _flag(1, "-n", "--num-workers", help="Worker processes.",
-                             envvar=ev.GLUONDIST_NUM_WORKERS)
+    # N, or "MIN:MAX" / (MIN, MAX) for an elastic job: then the most workers (MAX), and
+    # min_workers the fewest it runs with; an attempt's options hold the count it starts
+    num_workers: int = _flag(1, "-n", "--num-workers", type="workers", metavar="N|MIN:MAX",
+                             envvar=ev.GLUONDIST_NUM_WORKERS,
+                             help="Worker processes; MIN:MAX for an elastic job, which starts "
+                                  "with as many as the reachable slots hold (up to MAX) and "
+                                  "restarts with fewer (down to MIN) or more.")
     num_servers: int = _flag(1, "-s", "--num-servers", help="Parameter-server processes.",
                              envvar=ev.GLUONDIST_NUM_SERVERS)
     kvstore: str = _flag("dist_sync", "--kvstore", envvar=ev.GLUONDIST_KVSTORE,
@@ -114,12 +120,37 @@ class LaunchOptions:
                                                 "worker made progress for this long, and show "
                                                 "every worker's stack [default: off; 300 "
                                                 "recommended].")
+    host_discovery: Optional[str] = _flag(None, "--host-discovery", type="file",
+                                          envvar=ev.GLUONDIST_HOST_DISCOVERY, metavar="SCRIPT",
+                                          help="An executable printing the usable hosts, one "
+                                               "HOST[:SLOTS] a line, run instead of -H at the "
+                                               "start and every few seconds: an elastic job "
+                                               "grows onto new hosts at an epoch end "
+                                               "(--launcher ssh).")
+    link_timeout: float = _flag(18.0, "--link-timeout", type="seconds", bench=True,
+                                envvar=ev.GLUONDIST_LINK_TIMEOUT, metavar="SECONDS",
+                                help="Seconds a host may be unreachable before it counts as "
+                                     "lost (--launcher ssh): shorter restarts sooner, but a "
+                                     "network blip that long ends the attempt.")
+    min_workers: Optional[int] = None  # an elastic job's fewest workers (None: num_workers)
 
     def __post_init__(self):
         object.__setattr__(self, "command", tuple(self.command))
         object.__setattr__(self, "env", dict(self.env))
+        least, most = _workers_value(self.num_workers, self.min_workers)
+        object.__setattr__(self, "num_workers", most)
+        object.__setattr__(self, "min_workers", least)
         for name in ("hosts", "server_hosts"):  # a str (as given) is read by session.resolve
             object.__setattr__(self, name, _hosts_value(name, getattr(self, name)))
+
+    @property
+    def fewest_workers(self) -> int:
+        return self.min_workers if self.min_workers is not None else self.num_workers
+
+    @property
+    def elastic(self) -> bool:
+        """The worker count may change between attempts (-n MIN:MAX, --host-discovery)."""
+        return self.fewest_workers < self.num_workers or self.host_discovery is not None
 
     @property
     def num_processes(self) -> int:
@@ -157,6 +188,14 @@ class LaunchOptions:
         if not self.is_script and shutil.which(head) is None:
             raise LaunchError(f"command {head!r} not found on PATH")
         check_whole("-n/--num-workers", self.num_workers, 1)
+        check_whole("-n/--num-workers' MIN", self.fewest_workers, 1, self.num_workers,
+                    hint=" (MIN:MAX, MIN at most MAX)")
+        if self.host_discovery is not None:
+            if not os.path.isfile(self.host_discovery) or \
+                    not os.access(self.host_discovery, os.X_OK):
+                raise LaunchError(f"--host-discovery {self.host_discovery!r} is not an "
+                                  "executable file; give a script that prints HOST[:SLOTS] "
+                                  "lines (chmod +x)")
         check_whole("-s/--num-servers", self.num_servers, 1,
                     hint=" (a parameter-server job needs a server)")
         check_kvstore(self.kvstore)
@@ -182,8 +221,8 @@ class LaunchOptions:
         """The launcher (its backend's own checks), its hosts and the server hosts fit
         together, and the roles fit on them."""
         backend(self.launcher).check(self)
-        if self.hosts:
-            self.placement()
+        if self.hosts:  # an elastic job needs room for its fewest workers only
+            dataclasses.replace(self, num_workers=self.fewest_workers).placement()
 
 
 def check_whole(flag: str, value, least: int, most: Optional[int] = None, hint: str = "") -> None:
@@ -245,6 +284,23 @@ def _hosts_value(name: str, value) -> Union[Tuple, str]:
     if twice is not None:
         raise LaunchError(f"{name} names host {twice!r} twice; give its slots once")
     return items
+
+
+def _workers_value(value, least) -> Tuple[Optional[int], object]:
+    """``(min_workers, num_workers)`` from num_workers as given: N, "N", "MIN:MAX" or
+    (MIN, MAX); anything else is left for validate() to name."""
+    if isinstance(value, str):
+        text = value.strip()
+        parts = text.split(":")
+        if len(parts) > 2 or not all(p.strip().isdigit() for p in parts):
+            raise LaunchError(f"-n {value!r}: give N, or MIN:MAX for an elastic job (whole "
+                              "numbers)")
+        value = tuple(int(p) for p in parts) if len(parts) == 2 else int(parts[0])
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise LaunchError(f"num_workers {value!r}: give N, or (MIN, MAX) for an elastic job")
+        return value[0], value[1]
+    return least, value
 
 
 def _check_texts(options: "LaunchOptions") -> None:

@@ -128,10 +128,19 @@ class Attempt:
     stall: Optional[Stall] = None
     stopped: Tuple[str, ...] = ()  # labels the teardown stopped (failed ones left out)
     unreaped: Tuple[str, ...] = ()  # labels alive after SIGKILL
+    # the workers stopped at an epoch end, as the launcher asked, for the job to grow
+    resized: bool = False
 
     @property
     def exit_code(self) -> int:
         return 0 if self.failure is None else self.failure.exit_code
+
+    @property
+    def ended(self) -> str:
+        """Why the attempt ended, in a few words."""
+        if self.failure is not None:
+            return self.failure.reason
+        return "stopped to grow" if self.resized else "succeeded"
 
     @property
     def workers(self) -> int:
@@ -197,9 +206,14 @@ class LaunchResult:
         return restarted_from(self.attempts[:-1])
 
     @property
+    def grows(self) -> int:
+        """How many times the job stopped at an epoch end to start again with more workers."""
+        return sum(a.resized for a in self.attempts[:-1])
+
+    @property
     def port_retries(self) -> int:
         """How many attempts were started again on another port, the scheduler's taken."""
-        return len(self.attempts) - 1 - len(self.restarts)
+        return len(self.attempts) - 1 - len(self.restarts) - self.grows
 
 
 PORT_RETRIES = 2  # a scheduler's port taken (before it could bind it) is retried twice
@@ -210,6 +224,8 @@ def restarted_from(attempts: Sequence[Attempt]) -> Tuple[Failure, ...]:
     restarts: all but the first PORT_RETRIES taken ports, which were retries."""
     restarts, retries = [], 0
     for attempt in attempts:
+        if attempt.failure is None:  # it stopped to grow
+            continue
         if attempt.failure.kind is Kind.PORT_TAKEN and retries < PORT_RETRIES:
             retries += 1
         else:
@@ -218,14 +234,17 @@ def restarted_from(attempts: Sequence[Attempt]) -> Tuple[Failure, ...]:
 
 
 def diagnose(plan: Optional[LaunchPlan], ending: Ending, teardown: Teardown,
-             ends: Sequence[ProcessEnd]) -> Attempt:
+             ends: Sequence[ProcessEnd], asked_to_resize: bool = False) -> Attempt:
     """The attempt ``ending`` ended, ``teardown`` closed and ``ends`` describe: every process
     that failed by itself, earliest first by when it happened (a worker's error record tells;
     otherwise when the monitor noticed), so the root cause leads even when the monitor
     noticed a later failure first."""
     unreaped = tuple(u.label for u in teardown.unreaped)
     if ending.why is Why.DONE:
-        return Attempt(plan, stopped=teardown.stopped, unreaped=unreaped)
+        resized = asked_to_resize and any(e.role == "worker" and e.returncode is not None and
+                                          exit_status(e.returncode) == wire.RESIZED
+                                          for e in ends)
+        return Attempt(plan, stopped=teardown.stopped, unreaped=unreaped, resized=resized)
     if ending.why is not Why.EXITED:
         return Attempt(plan, _job_failure(ending), stall=ending.stall, stopped=teardown.stopped,
                        unreaped=unreaped)

@@ -219,6 +219,15 @@ class ProcessGroup:
         self.transport.request_stack(child.proc)
         return True
 
+    def request_resize(self) -> int:
+        """Ask every running worker under the bootstrap to stop at its next epoch end
+        (gluondist.elastic); returns how many were asked."""
+        asked = [c for c in self.running()
+                 if c.spec.role == "worker" and runs_bootstrap(c.spec.argv)]
+        for child in asked:
+            self.transport.request_resize(child.proc)
+        return len(asked)
+
     def close(self, timeout: float = STOP_GRACE) -> Teardown:
         """Stop what still runs: SIGTERM to each tree, one shared deadline, then SIGKILL.
         Returns what the teardown did (also kept in ``stopped`` and ``unreaped``, for when an

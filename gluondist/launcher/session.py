@@ -12,6 +12,7 @@ every output line, filtered or not, to ``record(spec, line)``.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import os
@@ -22,6 +23,8 @@ from contextlib import ExitStack
 from typing import Callable, Dict, List, Mapping, Optional
 
 from .. import envvars as ev
+from . import resize
+from .discovery import Watcher, discover
 from .errors import LaunchError, Stopped, StopRequest
 from .hosts import parse_hostfile, parse_inline
 from .monitor import Joins, watch
@@ -69,10 +72,16 @@ def _dropping(exc: Exception) -> None:
         pass
 
 
+# what a hostfile's name ends with, never a host's: `-H hostz.txt` is a missing file
+FILE_SUFFIXES = (".txt", ".hosts", ".hostfile", ".list", ".cfg", ".conf", ".ini", ".csv")
+
+
 def read_hosts(arg: str, flag: str = "-H"):
     """``-H`` (or ``flag``): a hostfile or ``host1:2,host2:2`` (a single ``host`` too, when
-    no such file exists and it has no ``/``); returns (hosts, how to name them)."""
-    if ":" in arg or "," in arg or ("/" not in arg and arg and not os.path.exists(arg)):
+    no such file exists and it looks like no path: no ``/``, no file suffix); returns (hosts,
+    how to name them)."""
+    looks_like_file = "/" in arg or arg.lower().endswith(FILE_SUFFIXES)
+    if ":" in arg or "," in arg or (not looks_like_file and arg and not os.path.exists(arg)):
         return parse_inline(arg, flag), f"{flag} {arg}"
     try:
         with open(arg) as f:
@@ -86,13 +95,19 @@ def read_hosts(arg: str, flag: str = "-H"):
 def resolve(options: LaunchOptions, base_env: Mapping[str, str]) -> LaunchOptions:
     """The options with the Slurm allocation's hosts filled in, validated (once), and checked
     against this machine's GPUs. Changes nothing on disk."""
+    if options.host_discovery is not None and options.hosts:
+        raise LaunchError("--host-discovery gives the hosts instead of -H: drop one of them")
     if isinstance(options.hosts, str):  # -H as given: a hostfile or host1:2,host2:2
         hosts, source = read_hosts(options.hosts)
         options = dataclasses.replace(options, hosts=hosts, hosts_source=source)
+    if options.host_discovery is not None:
+        options = dataclasses.replace(options, hosts=discover(options.host_discovery),
+                                      hosts_source=f"--host-discovery {options.host_discovery}")
     if isinstance(options.server_hosts, str):  # likewise, HOST:N for N servers
         hosts, source = read_hosts(options.server_hosts, "--server-hosts")
         options = dataclasses.replace(options, server_hosts=hosts, server_hosts_source=source)
     backend = backend_of(options.launcher)
+    backend.check_elastic(options)
     options = backend.discover(options, base_env)
     options.validate()
     backend.check_resources(options)
@@ -109,8 +124,12 @@ def free_ports(count: int, host: str = "127.0.0.1") -> List[int]:
         return [s.getsockname()[1] for s in socks]
 
 
-def dry_run(options: LaunchOptions, base_env: Mapping[str, str], cores: int) -> LaunchPlan:
-    options = resolve(options, base_env)
+def dry_run(options: LaunchOptions, base_env: Mapping[str, str], cores: int,
+            show: Show = lambda text, note: None) -> LaunchPlan:
+    """The plan the job would start now (an elastic job: on the hosts that answer now, each
+    one left out said through ``show``), starting nothing."""
+    job = resolve(options, base_env)
+    options = resize.first(job, backend_of(job.launcher), show) if job.elastic else job
     port, *nodes = free_ports(options.num_processes, options.host)
     return build_plan(options, port, nodes, cores, base_env)
 
@@ -123,34 +142,45 @@ def launch_job(options: LaunchOptions, show: Show, keep_logs: bool = False,
     its result, every attempt in it (the report already shown; with ``keep_logs`` its
     ``logs`` hold every output line of each process, by label, restarts' after the failed
     attempts'; the CLI does not keep them, so a long job's output never piles up in memory).
-    Before a restart the backend says which hosts can take it (ssh preflights them again).
+    Before a restart the backend says which hosts can take it (ssh preflights them again); an
+    elastic job (``-n MIN:MAX``) then runs as many workers as they hold, and with
+    ``--host-discovery`` also grows onto new hosts at an epoch end (see resize.py).
     Raises LaunchError for bad options before anything starts. ``stop`` (set by the CLI's
     signal handlers) stops every process, says which, and raises Stopped; so does any
     exception (a KeyboardInterrupt: a second one during the teardown does not cut it short),
     which then propagates."""
     base_env = os.environ if base_env is None else base_env
     cores = cores or os.cpu_count() or 1
-    options = resolve(options, base_env)
-    backend = backend_of(options.launcher)
+    job = resolve(options, base_env)  # as given: num_workers is the most an attempt runs
+    backend = backend_of(job.launcher)
+    options = resize.first(job, backend, show) if job.elastic else job
     transport = _ready(options, backend, base_env, transport, stop)
     shown = pslite_verbose(user_value(options, base_env, ev.PS_VERBOSE))[1]
     logs: Dict[str, List[str]] = {}
     on_line = _console(show, _keeper(logs) if keep_logs else None, hide_chatter=not shown)
+    grower = resize.Grower(job, backend, show) if job.host_discovery else None
+    with _discovery(job, grower, show) as hosts_now:
+        return _run(job, options, backend, transport, hosts_now, grower, ports, cores, base_env,
+                    on_line, logs, show, stop)
+
+
+def _run(job, options, backend, transport, hosts_now, grower, ports, cores, base_env, on_line,
+         logs, show, stop) -> LaunchResult:
+    """Attempts until one ends the job (see next_step)."""
     attempts: List[Attempt] = []
-    every_host = (options.hosts, options.server_hosts)
     while True:
         if stop:
             raise Stopped(stop.signum)
-        restarts = len(restarted_from(attempts))  # every attempt so far failed
+        restarts = len(restarted_from(attempts))  # the failed attempts restarted from
         port, *node_ports = ports(options.num_processes, options.host)
         plan = build_plan(options, port, node_ports, cores, base_env, restarts)
         if not attempts:
             for note in plan.notes:
                 show(f"gluondist: {note}", True)
-        attempt = _attempt(options, plan, on_line, transport, restarts, show, stop)
+        attempt = _attempt(options, plan, on_line, transport, restarts, show, stop, grower)
         attempts.append(attempt)
         result = LaunchResult(tuple(attempts), logs)
-        step = next_step(result, options.max_restarts)
+        step = next_step(result, job.max_restarts)
         if step is Step.RETRY_PORT:
             show(f"gluondist: the scheduler's port {port} was taken; retrying on another", True)
             continue
@@ -158,23 +188,59 @@ def launch_job(options: LaunchOptions, show: Show, keep_logs: bool = False,
             for line in final_lines(result):
                 show(line, True)
             return result
-        for line in failure_lines(attempt, f"attempt {len(attempts)} failed: "):
-            show(line, True)
-        options = _restartable(options, backend, every_host, len(attempts) + 1, show)
+        if step is Step.RESTART:
+            for line in failure_lines(attempt, f"attempt {len(attempts)} failed: "):
+                show(line, True)
+        was = options.num_workers
+        options = _restartable(job, options, backend, hosts_now(), len(attempts) + 1, show,
+                               lost=_lost_hosts(attempt) if step is Step.RESTART else ())
         if options is None:
             show(exit_line(result), True)
             return result
-        show(f"gluondist: restarting the job ({restarts + 1} of {options.max_restarts})", True)
+        show(_restart_line(job, step, attempt, was, options.num_workers, restarts), True)
+
+
+def _restart_line(job: LaunchOptions, step: "Step", attempt: Attempt, was: int, now: int,
+                  restarts: int) -> str:
+    if step is Step.GROW:
+        return (f"gluondist: growing the job to {now} workers (was {was}); it resumes from "
+                "its last checkpoint")
+    count = f"restarting the job ({restarts + 1} of {job.max_restarts})"
+    if now == was:
+        return f"gluondist: {count}"
+    f = attempt.failure
+    why = f"host {f.host} lost" if f.lost else f"{f.label or 'the job'} failed"
+    return f"gluondist: {why}; {count} with {now} workers (was {was})"
+
+
+def _lost_hosts(attempt: Attempt) -> set:
+    return {f.host for f in (attempt.failure, *attempt.others) if f is not None and f.lost}
+
+
+@contextlib.contextmanager
+def _discovery(job: LaunchOptions, grower, show: Show):
+    """Yields what gives the hosts a restart may use now: those of ``job`` (as first given), or
+    with --host-discovery those its script printed last, watched while the job runs."""
+    if job.host_discovery is None:
+        yield lambda: (job.hosts, job.server_hosts)
+        return
+    watcher = Watcher(job.host_discovery, job.hosts, grower.hosts_changed,
+                      lambda text: show(f"gluondist: {text}", True))
+    with watcher:
+        yield lambda: (watcher.latest(), job.server_hosts)
 
 
 class Step(enum.Enum):
     FINISH = "finish"  # report the result and return it
     RETRY_PORT = "retry on another port"  # the scheduler's port was taken: not a restart
     RESTART = "restart"  # start the whole job again, on fresh ports
+    GROW = "grow"  # the workers stopped at an epoch end to start again with more: no restart
 
 
 def next_step(result: LaunchResult, max_restarts: int) -> Step:
     """What the job does after its last attempt: the launcher's control loop, as one rule."""
+    if result.last.resized:
+        return Step.GROW
     failure = result.failure
     if failure is None or failure.kind is Kind.STOPPED:
         return Step.FINISH
@@ -200,44 +266,56 @@ def _ready(options: LaunchOptions, backend: Backend, base_env: Mapping[str, str]
         raise
 
 
-def _restartable(options: LaunchOptions, backend: Backend, every_host, attempt: int,
-                 show: Show) -> Optional[LaunchOptions]:
-    """Before a restart: ``every_host`` (the job's -H hosts and server hosts, as first given)
-    as the backend finds them now (ssh leaves out those that fail its preflight, each said
-    so). The options on the hosts left, or None (said why) when their slots no longer hold
-    -n workers, or the server hosts left no longer -s servers: neither is ever lowered (-n
-    sets the global batch)."""
+def _restartable(job: LaunchOptions, options: LaunchOptions, backend: Backend, every_host,
+                 attempt: int, show: Show, lost=()) -> Optional[LaunchOptions]:
+    """Before another attempt: ``every_host`` (the job's hosts and server hosts, as first
+    given or as discovered now) as the backend finds them now (ssh leaves out those that fail
+    its preflight, each said so), and the worker count they allow (resize.sized); or None,
+    said why, when they allow none: -s is never lowered, nor -n below its MIN. An elastic job
+    leaves the hosts it just ``lost`` out unchecked when the others are enough (a cut-off host
+    would hold the restart up for ssh's connect timeout); they rejoin at a later restart, or
+    when --host-discovery lists them."""
     hosts, server_hosts = every_host
+    if job.elastic and lost:
+        spared = [h for h in hosts if h.name not in lost]
+        spared_servers = [h for h in server_hosts if h.name not in lost]
+        kept, kept_servers = backend.reachable(tuple(spared), tuple(spared_servers), options,
+                                               attempt, show)
+        options_now, _ = resize.sized(job, options, kept, kept_servers)
+        if options_now is not None:
+            for name in sorted(lost):
+                show(f"gluondist: host {name} was lost: left out of attempt {attempt}", True)
+            return options_now
     kept, kept_servers = backend.reachable(hosts, server_hosts, options, attempt, show)
-    for what, left, need, flag, fix in (
-            ("slot(s)", kept if hosts else None, options.num_workers, "-n",
-             "it sets the global batch"),
-            ("server slot(s)", kept_servers if server_hosts else None, options.num_servers,
-             "-s", "the layout is yours to change")):
-        if left is not None and sum(h.slots for h in left) < need:
-            show(f"gluondist: cannot restart: the hosts left have {sum(h.slots for h in left)} "
-                 f"{what} for {flag} {need}; {flag} is never lowered ({fix}): bring the hosts "
-                 "back or add some", True)
-            return None
-    return dataclasses.replace(options, hosts=kept, server_hosts=kept_servers)
+    options, why = resize.sized(job, options, kept, kept_servers)
+    if options is None:
+        show(f"gluondist: cannot restart: {why}", True)
+    return options
 
 
-def _attempt(options, plan, on_line, transport, restarts, show, stop) -> Attempt:
+def _attempt(options, plan, on_line, transport, restarts, show, stop, grower) -> Attempt:
     """One attempt, start to teardown, diagnosed. A stop request is raised as Stopped once
-    every process is down."""
+    every process is down. ``grower`` (or None) may ask the workers to stop to grow."""
     joins = Joins(on_line)
     group = ProcessGroup(plan.specs, joins, options.log_dir, transport, restarts,
                          progress=options.stall_timeout is not None)
+    resizing = grower.asked if grower is not None else None
     ending: Optional[Ending] = None
     try:
         group.start()
-        ending = watch(plan, group, joins, options.start_timeout, options.stall_timeout, stop)
+        if grower is not None:
+            grower.attach(options, group)
+        ending = watch(plan, group, joins, options.start_timeout, options.stall_timeout, stop,
+                       resizing)
     finally:
+        if grower is not None:
+            grower.detach()
         try:
             teardown = group.close()  # raises a second Ctrl-C once every process is down
         finally:
             _say_teardown(group.unreaped, group.stopped, ending, show)
-    attempt = diagnose(plan, ending, teardown, group.ends())
+    attempt = diagnose(plan, ending, teardown, group.ends(),
+                       asked_to_resize=resizing is not None and resizing.is_set())
     if attempt.signal:
         raise Stopped(attempt.signal, attempt.unreaped, transport.silence)
     return attempt

@@ -11,7 +11,7 @@ import logging
 import math
 from typing import Dict, List, Optional, Sequence
 
-from .. import extra_hint, heartbeat
+from .. import elastic, extra_hint, heartbeat
 from .console import say
 from .timing import KEYS as SPLIT_KEYS
 
@@ -24,9 +24,13 @@ class Callback:
     trains), ``run.steps`` (batches per epoch), ``run.rank``, ``run.num_workers``, ``run.seed``,
     ``run.mode`` (the kvstore's :class:`~gluondist.kv.kinds.Mode`, None without one), ``run.agree``
     (the workers step together), ``run.updates_on_servers`` (``dist_async``),
-    ``run.callbacks``, and ``run.stop_training``, which a callback sets to True to stop.
-    Training then stops at the end of the current epoch (in a job, once all workers have
+    ``run.callbacks``, ``run.global_batch`` (samples per step over all workers: an elastic
+    job keeps its first start's), and ``run.stop_training``, which a callback sets to True to
+    stop. Training then stops at the end of the current epoch (in a job, once all workers have
     finished it), so the checkpoint of that epoch is complete and a later fit resumes exactly.
+    ``run.resizing`` is True at an epoch's end when the workers agreed to stop there for the
+    launcher to grow the job (gluondist.elastic): fit then ends the process after the
+    epoch's checkpoint, and the job resumes from it with more workers.
 
     A callback whose state should survive a resume (as EarlyStopping's does) returns it from
     ``state_dict()`` as JSON-serialisable data and takes it back in ``load_state_dict()``."""
@@ -297,9 +301,12 @@ class StopAgreement(Callback):
     records it. fit places it after the user's callbacks; in one process it does nothing."""
 
     def on_epoch_end(self, run, epoch, logs):
+        # the launcher's request to resize (gluondist.elastic) is agreed on alike
+        asked = [float(run.stop_training), float(elastic.requested())]
         if run.agree:
             from ..kvstore import allreduce
-            run.stop_training = bool(allreduce([float(run.stop_training)])[0] > 0)
+            asked = list(allreduce(asked))
+        run.stop_training, run.resizing = (bool(a > 0) for a in asked)
 
 
 class Heartbeat(Callback):

@@ -2,6 +2,7 @@
 launched parameter-server job, with the same call."""
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Mapping
@@ -10,7 +11,7 @@ from typing import Dict, Optional, Sequence, Union
 
 import numpy as np
 
-from .. import kvstore as kvs, parallel
+from .. import elastic, kvstore as kvs, parallel
 from .._mx import mx
 from ..kv.sampling import MXNET, derive_seed
 from ..parallel import Contexts
@@ -18,9 +19,12 @@ from . import timing
 from .arguments import Data, FitArgs, Losses, Metrics, PathLike
 from .callbacks import Callback, History
 from .config import prepare
+from .console import say
 from .evaluation import run_pass
 from .objective import Tally
 from .run import LoopState, Run, start
+
+log = logging.getLogger(__name__)
 
 # One process reads the losses of 8 batches in one host sync per device: the device runs that
 # far ahead without waiting, and a NaN is still named within 8 batches of where it appeared.
@@ -76,6 +80,12 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
     run = loop.run
     try:
         _epochs(loop)
+        if run.resizing and not run.stop_training and run.epoch + 1 < run.epochs:
+            # the epoch's checkpoint is written: the launcher starts the job again, larger
+            if run.rank == 0:
+                say(log, f"fit: stopping after epoch {run.epoch + 1}'s checkpoint: the launcher "
+                         "adds workers and resumes")
+            raise SystemExit(elastic.EXIT)
     except BaseException as exc:  # Ctrl-C included: callbacks close what they opened
         run.callbacks.on_exception(run, exc)
         raise
@@ -97,7 +107,7 @@ def _epochs(loop: LoopState) -> None:
         if loop.config.val is not None:
             logs.update({f"val_{k}": v for k, v in _evaluate(loop).items()})
         run.callbacks.on_epoch_end(run, epoch, logs)
-        if run.stop_training:
+        if run.stop_training or run.resizing:
             break
 
 

@@ -40,8 +40,14 @@ class Run:
     num_workers: int
     seed: int
     mode: Optional[Mode]  # the kvstore's (None without one)
+    # samples per step over all workers: batch_size x num_workers at the run's first start,
+    # kept when an elastic job resumes with another worker count
+    global_batch: int = 0
     epoch: int = field(init=False)
     stop_training: bool = False  # a callback sets it to stop at the end of the epoch
+    # the workers agreed to stop at this epoch's end for the launcher to resize the job
+    # (gluondist.elastic): fit then leaves the process, after the checkpoint
+    resizing: bool = False
 
     def __post_init__(self):
         self.epoch = self.start
@@ -85,11 +91,16 @@ def start(cfg: FitConfig) -> LoopState:
     if step.agree:
         _agree(cfg, start)
     callbacks = _callback_list(cfg)
+    # an elastic job's restart keeps the global batch of the run's first start
+    global_batch = (ckpt.state.global_batch if ckpt is not None else None) or \
+        cfg.batch_size * workers
     sampler = kvs.ShardedBatchSampler(len(cfg.train), cfg.batch_size, workers, rank, seed=seed,
-                                      last_batch=cfg.train.last_batch)
+                                      last_batch=cfg.train.last_batch,
+                                      global_batch_size=global_batch)
     run = Run(net=args.net, trainer=trainer, history=callbacks.first(History),
               callbacks=callbacks, epochs=args.epochs, start=start, steps=len(sampler),
-              rank=rank, num_workers=workers, seed=seed, mode=cfg.mode)
+              rank=rank, num_workers=workers, seed=seed, mode=cfg.mode,
+              global_batch=global_batch)
     if ckpt is not None:
         checkpoint.restore_trainer(ckpt, trainer)
         ckpt.state.apply(run, ckpt.callback_arrays)

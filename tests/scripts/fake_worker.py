@@ -7,7 +7,9 @@ ignoring SIGTERM, with a child in a process group of its own that writes
 FAKE_DIR/<its parent's pid>.grandchild); ``nojoin ON`` (never joins); ``flaky CODE ON`` (exits
 CODE on the first attempt, succeeds on a restart); ``sleep SECONDS``; ``beat SECONDS`` (a
 heartbeat every 0.1 s); ``busy SECONDS`` (CPU, no heartbeat); ``quiet ON`` (no heartbeat, idle
-forever); ``late SECONDS`` (joins that late); ``unicode ON`` (writes 3,000 lines of UTF-8, more
+forever); ``late SECONDS`` (joins that late); ``epochs WORKERS [MOST]`` (epochs of 0.1 s until the
+job has WORKERS workers, or MOST epochs ran, leaving with gluondist.elastic.EXIT when the launcher asks; each
+worker appends the job's worker count to FAKE_DIR/workers); ``unicode ON`` (writes 3,000 lines of UTF-8, more
 than a pipe holds, then ``unicode done``); ``deep ON`` (raises from 60 nested calls, a
 traceback longer than the launcher's log tail); ``raisefirst ON`` (raises an error that is slow
 to format, writing FAKE_DIR/<rank>.raising while it is formatted, after the bootstrap took its
@@ -21,7 +23,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fake_node  # noqa: E402
 
-from gluondist import heartbeat  # noqa: E402
+from gluondist import elastic, heartbeat  # noqa: E402
 
 action, args = sys.argv[1], sys.argv[2:]
 rank = int(os.environ["GLUONDIST_RANK"])
@@ -84,6 +86,16 @@ if never or action in ("hang", "stubborn"):
     time.sleep(600)
 if action == "sleep":
     time.sleep(float(args[0]))
+if action == "epochs":  # "epochs" of 0.1 s until the job has WORKERS, the launcher's request
+    with open(os.path.join(os.environ["FAKE_DIR"], "workers"), "a") as f:  # to resize obeyed
+        f.write(f"{os.environ['DMLC_NUM_WORKER']}\n")
+    for _ in range(int(args[1]) if len(args) > 1 else 3000):
+        if int(os.environ["DMLC_NUM_WORKER"]) >= int(args[0]):
+            break
+        time.sleep(0.1)
+        if elastic.requested():
+            fake_node.done()
+            sys.exit(elastic.EXIT)
 if action == "quiet" and mine(args[0]):
     time.sleep(600)
 end = time.monotonic() + (float(args[0]) if action in ("beat", "busy") else 0)

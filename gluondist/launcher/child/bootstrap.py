@@ -15,8 +15,9 @@ shuts the servers down), open files flushed. See :func:`_finish` for why not a n
 An uncaught exception is also written to ``GLUONDIST_ERROR_FILE`` (see errorfile.py), so the
 launcher reports it whole and by the time it happened. SIGUSR1 dumps every thread's Python stack
 to stderr (``faulthandler``, which works even when the main thread is stuck in C code): the
-launcher asks for it when a job stalls. Standard library only: nothing imported before the
-script but these and gluondist's own small modules.
+launcher asks for it when a job stalls; SIGUSR2 is the launcher's request to stop at the next
+epoch end (gluondist.elastic), left to fit to act on. Standard library only: nothing imported
+before the script but these and gluondist's own small modules.
 """
 import faulthandler
 import os
@@ -26,7 +27,7 @@ import sys
 import time
 import traceback
 
-from ... import envvars
+from ... import elastic, envvars
 from . import BOOTSTRAP, errorfile
 from .proctree import STACK_SIGNAL
 
@@ -80,9 +81,9 @@ def _run_exitfuncs() -> None:
         pass
 
 
-def _finish() -> None:
-    """Leave after the script finished (returned, or ``sys.exit(0)``) as ``python SCRIPT.py``
-    would, in the order of ``Py_FinalizeEx``, but never through interpreter shutdown.
+def _finish(code: int = 0) -> None:
+    """Leave after the script finished (returned, ``sys.exit(0)``, or ``sys.exit(elastic.EXIT)``
+    after every worker stopped at one epoch end to resize) as ``python SCRIPT.py`` would, in the order of ``Py_FinalizeEx``, but never through interpreter shutdown.
 
     Why (issue 28, point 7): MXNet passes its exit barrier and calls ``ps::Finalize``, which stops
     and joins ps-lite's ZMQVan threads, only in the distributed kvstore's destructor, run when the
@@ -98,7 +99,6 @@ def _finish() -> None:
     threading._shutdown()  # what the interpreter calls first: waits for non-daemon threads
     _run_exitfuncs()  # the script's handlers, then MXNet's _notify_shutdown (LIFO)
     _flush_open_files()  # before the barrier too: the launcher may stop us while we wait there
-    code = 0
     try:
         _free_kvstores()
     except Exception as exc:  # noqa: BLE001 (MXNetError; the process must end all the same)
@@ -164,6 +164,7 @@ def main(argv) -> None:
         _leave(2)
     _show_gluondist_logs()
     faulthandler.register(STACK_SIGNAL, all_threads=True)
+    elastic.listen()
     try:
         if argv[0] == "-m":
             sys.argv = [argv[1], *argv[2:]]
@@ -175,6 +176,8 @@ def main(argv) -> None:
             runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         code = exc.code
+        if code == elastic.EXIT:  # every worker stopped at the same epoch end: a clean exit
+            _finish(code)
         if code is not None and code != 0:
             if not isinstance(code, int):
                 sys.stderr.write(f"{code}\n")

@@ -9,9 +9,12 @@ gluondist, and this side refuses a job of another protocol by name):
   ``progress`` (the worker's heartbeat goes to this side's stderr, GLUONDIST_PROGRESS_FD), and
   ``silence``: seconds without a line from the launcher after which the job is ended (None:
   never). Nothing of it is quoted into a shell or shown by ``ps``.
-- stdin, then: ``ping`` (the launcher's keepalive, every few seconds) and ``dump`` (send the
-  worker the signal that dumps its stacks). The end of stdin, or ``silence`` seconds without a
-  line, ends the tree: SIGTERM, then SIGKILL ``proctree.STOP_GRACE`` seconds later. A launcher
+- stdin, then: ``ping`` (the launcher's keepalive, every few seconds), ``dump`` (send the
+  worker the signal that dumps its stacks) and ``resize`` (send it gluondist.elastic's
+  request to stop at its next epoch end). The end of stdin, or ``silence`` seconds without a
+  line, ends the tree: SIGTERM, then SIGKILL ``proctree.STOP_GRACE`` seconds later; after a
+  silence the exit status reported is ``wire.SILENCED``, so the launcher names a lost host
+  even when the healed link delivers the report. A launcher
   that lost its link cannot close stdin; the silence is how a cut-off host learns it is alone.
 - stdout: the process's output. stderr: the side channel, lines ``gluondist-cpu S`` (the tree's
   CPU seconds, every second, with ``progress``), ``gluondist-error JSON`` (a worker's error
@@ -36,12 +39,12 @@ import time
 from typing import Optional
 
 from ... import __version__
-from ... import envvars as ev, wire
+from ... import elastic, envvars as ev, wire
 from . import REMOTE
 from .proctree import (STACK_SIGNAL, exit_status, session_cpu, signal_exit, signal_tree,
                        stop_tree)
 
-PROTOCOL = 1
+PROTOCOL = 2  # 2: `resize`, and the exit status wire.SILENCED
 WATCH_TICK = 0.2  # seconds between looks at the launcher's silence (its keepalives: 3 s)
 CPU_EVERY = 1.0  # seconds between the tree's CPU reports (what the stall watch samples)
 
@@ -66,6 +69,7 @@ class Remote:
         self.job, self.stdin = job, stdin
         self.heard = time.monotonic()  # when the launcher last sent a line
         self.stopping = threading.Event()
+        self.silenced = False  # stopped because the launcher went silent (its link is cut)
         self.child: Optional[subprocess.Popen] = None
         self.error_file: Optional[str] = None
 
@@ -100,9 +104,10 @@ class Remote:
     def listen(self) -> None:
         for line in iter(self.stdin.readline, b""):
             self.heard = time.monotonic()
-            if line.strip() == b"dump":
+            asked = {b"dump": STACK_SIGNAL, b"resize": elastic.SIGNAL}.get(line.strip())
+            if asked is not None:
                 try:
-                    os.kill(self.child.pid, STACK_SIGNAL)
+                    os.kill(self.child.pid, asked)
                 except OSError:
                     pass
         self.stop()  # the launcher stopped, died, or its ssh ended
@@ -114,6 +119,7 @@ class Remote:
             if quiet > silence:
                 say(f"gluondist: no word from the launcher for {quiet:.0f}s: stopping the job "
                     "on this host")
+                self.silenced = True
                 self.stop()
                 return
             time.sleep(WATCH_TICK)
@@ -139,6 +145,8 @@ class Remote:
             except (OSError, ValueError):
                 pass
             shutil.rmtree(os.path.dirname(self.error_file), ignore_errors=True)
+        if self.silenced:  # the launcher reads this as a lost host, however late it arrives
+            return wire.SILENCED
         return signal_exit(signal.SIGTERM) if self.stopping.is_set() else exit_status(code)
 
 

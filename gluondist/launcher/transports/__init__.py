@@ -43,6 +43,9 @@ class Transport(Protocol):
     def request_stack(self, proc: subprocess.Popen) -> None:
         """Ask the process for a dump of its Python stacks (on its output)."""
 
+    def request_resize(self, proc: subprocess.Popen) -> None:
+        """Send a worker gluondist.elastic's request to stop at its next epoch end."""
+
     def tree_cpu(self, child: "Child") -> Optional[float]:
         """CPU seconds of the child's process tree so far, or None where unknown."""
 
@@ -63,6 +66,9 @@ class Backend:
     takes_hosts = False  # the user gives hosts with -H (else: none, or discovered)
     server_hosts = False  # --server-hosts can give the servers hosts of their own
     progress = True  # workers have a progress channel: --stall-timeout works
+    # -n MIN:MAX: the job may restart with another worker count (not inside a fixed allocation)
+    elastic = True
+    elastic_limit = ""  # why not, when it cannot: one phrase
     # where a worker's error record is written, for --dry-run ("the launcher's"), or None
     # when no record reaches the launcher
     error_file_home: Optional[str] = "the launcher's"
@@ -74,6 +80,9 @@ class Backend:
     def check(self, options: "LaunchOptions") -> None:
         """Raise LaunchError for options this backend cannot run (generic checks are
         LaunchOptions.validate's)."""
+        if options.host_discovery is not None and not self.takes_hosts:
+            raise LaunchError(f"--host-discovery finds hosts for {_with('takes_hosts')}; "
+                              f"{self.name} takes no hosts")
         if options.hosts and not self.takes_hosts and not self.multi_host:
             raise LaunchError("-H places processes on other hosts: add --launcher ssh")
         if options.server_hosts and not self.server_hosts:
@@ -82,9 +91,18 @@ class Backend:
         if options.interface is not None and not self.multi_host:
             raise LaunchError(f"--interface is for multi-host jobs ({_with('multi_host')}); "
                               "a local job binds 127.0.0.1")
+        self.check_elastic(options)
         if options.stall_timeout is not None and not self.progress:
             raise LaunchError(f"--stall-timeout works with {_with('progress')}; "
                               f"{self.name} gives workers no progress channel")
+
+    def check_elastic(self, options: "LaunchOptions") -> None:
+        """Raise LaunchError for an elastic job on a backend that cannot change its worker
+        count (checked before discover(): an allocation is read only for a job it can run)."""
+        if options.elastic and not self.elastic:
+            raise LaunchError(f"-n MIN:MAX and --host-discovery: {self.name} cannot change a "
+                              f"job's worker count ({self.elastic_limit}); give -n N, or use "
+                              f"{_with('elastic')}")
 
     def check_resources(self, options: "LaunchOptions") -> None:
         """Raise LaunchError when what the job asks for is not here (GPUs on this machine)."""

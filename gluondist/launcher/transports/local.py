@@ -5,7 +5,7 @@ import os
 import subprocess
 from typing import Mapping, Optional, Tuple
 
-from ... import envvars as ev
+from ... import elastic, envvars as ev
 from ..child.proctree import STACK_SIGNAL, kill_quietly, session_cpu
 from ..errors import LaunchError
 from ..plan import ProcessSpec
@@ -44,6 +44,9 @@ class LocalTransport:
 
     def request_stack(self, proc: subprocess.Popen) -> None:
         kill_quietly(proc.pid, STACK_SIGNAL)
+
+    def request_resize(self, proc: subprocess.Popen) -> None:
+        kill_quietly(proc.pid, elastic.SIGNAL)
 
     def tree_cpu(self, child: "Child") -> Optional[float]:
         return session_cpu(child.proc.pid)

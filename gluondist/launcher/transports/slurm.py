@@ -80,6 +80,8 @@ class Slurm(Backend):
     multi_host = True
     progress = False  # the steps run on other nodes, with no side channel
     error_file_home = None
+    elastic = False
+    elastic_limit = "an allocation's nodes are fixed for its life; resize with a new sbatch"
 
     def discover(self, options, env: Mapping[str, str]):
         if options.hosts:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ... import __version__
-from ... import envvars as ev
+from ... import envvars as ev, wire
 from ..errors import LaunchError
 from ..plan import ProcessSpec
 from .. import child
@@ -40,15 +40,39 @@ DENY = {"HOME", "PWD", "OLDPWD", "SHELL", "USER", "LOGNAME", "HOSTNAME", "TERM",
 DENY_PREFIXES = ("SSH_", "XDG_", "DMLC_", "PS_", "GLUONDIST_", "BASH_FUNC_")
 
 REMOTE = child.REMOTE
-KEEPALIVE = 3.0  # seconds between the launcher's keepalive lines to each remote side
-# How long a remote side waits without a keepalive before it ends its process tree: long
+# --link-timeout's default: how long a host may be unreachable before it counts as lost. Long
 # enough for TCP to retransmit across a blip of several seconds, short enough that a cut-off
-# host is cleared well within a minute (see the README's "Beyond one machine").
-SILENCE = 18.0
-# ssh's own: give up on a host that does not answer within CONNECT_TIMEOUT s, and end a session
-# whose server has not answered ALIVE_COUNT keepalives ALIVE_INTERVAL s apart (15 s: a cut link
-# ends the launcher's session within about SILENCE, when the remote side ends its tree too)
-CONNECT_TIMEOUT, ALIVE_INTERVAL, ALIVE_COUNT = 10, 5, 3
+# host is cleared well within a minute (see docs/multihost.md).
+LINK_TIMEOUT = 18.0
+ALIVE_COUNT = 3  # ssh keepalives a session may miss before ssh ends it
+
+
+@dataclass(frozen=True)
+class Link:
+    """The timeouts of the ssh sessions, all from --link-timeout T. The remote side ends its
+    tree after T s without a keepalive line (sent every ``keepalive`` s) and reports that as a
+    lost link (wire.SILENCED); ssh itself gives up on a server that misses ALIVE_COUNT
+    keepalives ``alive`` s apart (at about 0.83 T), or does not accept a connection within
+    ``connect`` s (T / 3). Whichever notices first, the host is reported lost: an outage shorter
+    than both is survived, a longer one ends the attempt as a lost host."""
+
+    timeout: float = LINK_TIMEOUT
+
+    @property
+    def silence(self) -> float:
+        return self.timeout
+
+    @property
+    def keepalive(self) -> float:
+        return min(3.0, self.timeout / 4)
+
+    @property
+    def alive(self) -> int:
+        return max(1, round(self.timeout * 5 / 18))  # 5 s at the default 18
+
+    @property
+    def connect(self) -> int:
+        return max(1, round(self.timeout / 3))  # 6 s at the default
 PREFLIGHT_TIMEOUT = 30.0  # for a host's preflight: ssh's connect plus importing gluondist there
 PREFLIGHT_THREADS = 16  # hosts preflighted at once: a big hostfile in a few rounds of 30 s
 
@@ -59,11 +83,12 @@ def forwarded_env(base_env: Mapping[str, str]) -> Dict[str, str]:
             if k not in DENY and not k.startswith(DENY_PREFIXES)}
 
 
-def ssh_argv(host: str, remote: Sequence[str], ssh_config: Optional[str] = None) -> List[str]:
+def ssh_argv(host: str, remote: Sequence[str], ssh_config: Optional[str] = None,
+             link: Link = Link()) -> List[str]:
     """The ssh command running ``remote`` on ``host``. The one place a command is quoted into a
     string, because ssh hands the remote shell a single string."""
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT}",
-            "-o", f"ServerAliveInterval={ALIVE_INTERVAL}",
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={link.connect}",
+            "-o", f"ServerAliveInterval={link.alive}",
             "-o", f"ServerAliveCountMax={ALIVE_COUNT}"]
     if ssh_config:
         argv += ["-F", ssh_config]
@@ -78,11 +103,10 @@ class SshTransport:
     error_records = tree_cpu_known = True
 
     def __init__(self, python: str, base_env: Mapping[str, str], cwd: str,
-                 ssh_config: Optional[str] = None, silence: float = SILENCE,
-                 keepalive: float = KEEPALIVE):
-        self.python, self.cwd, self.ssh_config = python, cwd, ssh_config
+                 ssh_config: Optional[str] = None, link: Link = Link()):
+        self.python, self.cwd, self.ssh_config, self.link = python, cwd, ssh_config, link
         self.env = forwarded_env(base_env)
-        self.silence, self.keepalive = silence, keepalive
+        self.silence, self.keepalive = link.silence, link.keepalive
         self._lock = threading.Lock()  # one writer at a time on each session's stdin
         self._live: List[subprocess.Popen] = []
         self._pinger: Optional[threading.Thread] = None
@@ -91,7 +115,8 @@ class SshTransport:
         """``error_file`` is the launcher's local path, unused: the remote side picks its own
         and relays its record on the side channel."""
         worker = spec.role == "worker"
-        proc = subprocess.Popen(ssh_argv(spec.host, [self.python, "-m", REMOTE], self.ssh_config),
+        proc = subprocess.Popen(ssh_argv(spec.host, [self.python, "-m", REMOTE], self.ssh_config,
+                                         self.link),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
         job = {"protocol": PROTOCOL, "argv": list(spec.argv), "env": {**self.env, **spec.env},
@@ -130,13 +155,20 @@ class SshTransport:
     def request_stack(self, proc: subprocess.Popen) -> None:
         self._send(proc, "dump")
 
+    def request_resize(self, proc: subprocess.Popen) -> None:
+        self._send(proc, "resize")
+
     def tree_cpu(self, child):
         return child.cpu
 
     def lost(self, child) -> bool:
-        """ssh ended with its own code, 255, and without the remote side's exit report: the
-        connection was lost (call once the side channel has been read to its end). Any other
-        code without a report came from the remote shell (a python that would not start)."""
+        """ssh ended with its own code, 255, and without the remote side's exit report, or
+        the remote side reports that it stopped the process because the launcher went silent
+        (--link-timeout): the connection was lost (call once the side channel has been read to
+        its end). Any other code without a report came from the remote shell (a python that
+        would not start)."""
+        if child.exit_report == wire.SILENCED:
+            return True
         return child.exit_report is None and child.proc.returncode == 255
 
 
@@ -152,11 +184,12 @@ class HostProblem:
 
 
 def check_host(host: str, python: str, ssh_config: Optional[str] = None,
-               timeout: float = PREFLIGHT_TIMEOUT) -> Optional[HostProblem]:
+               timeout: float = PREFLIGHT_TIMEOUT, link: Link = Link()) -> Optional[HostProblem]:
     """What is wrong with ``host`` for a job, or None: reachable, login works, ``python``
     imports MXNet and the launcher's own gluondist version (the protocol's)."""
     try:
-        proc = subprocess.run(ssh_argv(host, [python, "-m", REMOTE, "--preflight"], ssh_config),
+        proc = subprocess.run(ssh_argv(host, [python, "-m", REMOTE, "--preflight"], ssh_config,
+                                       link),
                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -189,17 +222,17 @@ def _check_report(proc: subprocess.CompletedProcess, python: str, last: str) -> 
 
 
 def check_hosts(hosts: Sequence[str], python: str, ssh_config: Optional[str] = None,
-                timeout: float = PREFLIGHT_TIMEOUT) -> Dict[str, HostProblem]:
+                timeout: float = PREFLIGHT_TIMEOUT, link: Link = Link()) -> Dict[str, HostProblem]:
     """Every host checked at once (see ``check_host``): {host: problem} for those that fail."""
     with ThreadPoolExecutor(max_workers=min(PREFLIGHT_THREADS, len(hosts)) or 1) as pool:
-        problems = pool.map(lambda h: check_host(h, python, ssh_config, timeout), hosts)
+        problems = pool.map(lambda h: check_host(h, python, ssh_config, timeout, link), hosts)
         return {h: p for h, p in zip(hosts, problems) if p}
 
 
 def preflight(hosts: Sequence[str], python: str, ssh_config: Optional[str] = None,
-              timeout: float = PREFLIGHT_TIMEOUT) -> None:
+              timeout: float = PREFLIGHT_TIMEOUT, link: Link = Link()) -> None:
     """Raises LaunchError naming the first host (in the given order) that fails its check."""
-    problems = check_hosts(hosts, python, ssh_config, timeout)
+    problems = check_hosts(hosts, python, ssh_config, timeout, link)
     for host in hosts:
         if host in problems:
             raise LaunchError(f"host {host}: {problems[host]}")
@@ -221,16 +254,18 @@ class Ssh(Backend):
 
     def preflight(self, options) -> None:
         preflight(list(dict.fromkeys(h.name for h in options.all_hosts)), options.python,
-                  options.ssh_config)
+                  options.ssh_config, link=Link(options.link_timeout))
 
     def transport(self, options, env: Mapping[str, str]) -> SshTransport:
         self.preflight(options)
-        return SshTransport(options.python, env, os.getcwd(), options.ssh_config)
+        return SshTransport(options.python, env, os.getcwd(), options.ssh_config,
+                            Link(options.link_timeout))
 
     def reachable(self, hosts: Tuple, server_hosts: Tuple, options, attempt: int,
                   show: Show) -> Tuple[Tuple, Tuple]:
         names = list(dict.fromkeys(h.name for h in (*hosts, *server_hosts)))
-        problems = check_hosts(names, options.python, options.ssh_config)
+        problems = check_hosts(names, options.python, options.ssh_config,
+                               link=Link(options.link_timeout))
         for name, problem in problems.items():
             what = "is unreachable" if problem.unreachable else "fails its check"
             show(f"gluondist: host {name} {what} ({problem}): left out of attempt {attempt}",

@@ -1,0 +1,198 @@
+"""Elastic jobs' transitions of the launcher's loop, fast (fake_backend.py, no MXNet): -n
+MIN:MAX at the start and at a restart (shrink), --host-discovery growing a job at an epoch end,
+the refusals, and the rule on literal values. The real jobs, with fit's exact parameters, are in
+test_netns.py."""
+import os
+import re
+import stat
+import threading
+
+import pytest
+
+from gluondist import elastic, wire
+from gluondist.launcher import transports
+from gluondist.launcher.errors import LaunchError
+from gluondist.launcher.options import LaunchOptions
+from gluondist.launcher.outcome import Attempt, Failure, Kind, LaunchResult
+from gluondist.launcher.session import Step, next_step, read_hosts, resolve
+from gluondist.launcher.transports.ssh import SshTransport
+from conftest import wait_until
+from test_control_loop import WORKER, fake, run  # noqa: F401 (the fixture)
+
+
+def discovery_script(tmp_path, text):
+    """An executable printing the file ``hosts.now`` (written here with ``text``)."""
+    listing = tmp_path / "hosts.now"
+    listing.write_text(text)
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\ncat {listing}\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script, listing
+
+
+def counts(tmp_path):
+    return [int(n) for n in (tmp_path / "workers").read_text().split()]
+
+
+def test_n_min_max_parses_and_bad_values_are_one_line():
+    options = LaunchOptions((WORKER,), num_workers="2:3")
+    assert (options.fewest_workers, options.num_workers, options.elastic) == (2, 3, True)
+    assert LaunchOptions((WORKER,), num_workers=(1, 4)).fewest_workers == 1
+    assert not LaunchOptions((WORKER,), num_workers="3").elastic
+    with pytest.raises(LaunchError, match=r"^-n '2:x': give N, or MIN:MAX for an elastic job"):
+        LaunchOptions((WORKER,), num_workers="2:x")
+    with pytest.raises(LaunchError, match=r"^-n/--num-workers' MIN must be a whole number, "
+                                          r"1\.\.2, got 3 \(MIN:MAX, MIN at most MAX\)$"):
+        LaunchOptions((WORKER,), num_workers="3:2").validate()
+
+
+def test_an_elastic_job_starts_on_the_hosts_that_answer(tmp_path, fake):
+    fake.down = {"h3"}
+    result, notes = run(tmp_path, "ok", hosts="h1:1,h2:1,h3:1", num_workers="2:3")
+    assert (result.exit_code, result.last.workers) == (0, 2)
+    assert notes[0] == "gluondist: host h3 is unreachable (down): left out of attempt 1"
+
+
+def test_below_min_it_refuses_to_start_in_one_line_naming_the_hosts(tmp_path, fake):
+    fake.down = {"h2", "h3"}
+    with pytest.raises(LaunchError) as raised:
+        run(tmp_path, "ok", hosts="h1:1,h2:1,h3:1", num_workers="2:3")
+    assert str(raised.value) == (
+        "cannot start: -n 2:3 needs at least 2 worker(s); the hosts that answer (h1:1) hold 1; "
+        "left out (unreachable, or failing its check): h2, h3")
+    assert not (tmp_path / "workers").exists()
+
+
+def test_a_lost_host_shrinks_the_restart_down_to_min(tmp_path, fake):
+    fake.down_from = {"h1": 2}  # worker 2 runs there, and loses its connection (255)
+    result, notes = run(tmp_path, "flaky", "255", "2", hosts="h1:1,h2:1,h3:1", num_workers="2:3",
+                        max_restarts=1)
+    assert result.exit_code == 0
+    assert [(a.workers, a.ended) for a in result.attempts] == [
+        (3, "lost the connection to host h1"), (2, "succeeded")]
+    assert "gluondist: host h1 lost; restarting the job (1 of 1) with 2 workers (was 3)" in notes
+    assert {s.host for s in result.plan.specs} == {"h2", "h3"}
+
+
+def test_a_plain_n_is_never_lowered(tmp_path, fake):
+    fake.down_from = {"h1": 2}
+    result, notes = run(tmp_path, "flaky", "255", "2", hosts="h1:1,h2:1,h3:1", num_workers=3,
+                        max_restarts=1)
+    assert result.exit_code == 75 and len(result.attempts) == 1
+    assert notes[-2].startswith("gluondist: cannot restart: the hosts left have 2 slot(s) for -n 3")
+
+
+def test_discovered_slots_grow_the_job_at_an_epoch_end_without_a_restart(tmp_path, fake):
+    script, listing = discovery_script(tmp_path, "h1:1\nh2:1\n")
+    done = threading.Event()
+
+    def add_a_host():  # once the job runs its first epochs, a third host appears
+        wait_until(lambda: (tmp_path / "workers").exists() or done.is_set(), timeout=60)
+        listing.write_text("h1:1\nh2:1\nh3:1\n")
+
+    thread = threading.Thread(target=add_a_host)
+    thread.start()
+    try:
+        result, notes = run(tmp_path, "epochs", "3", hosts=(), num_workers="2:3",
+                            host_discovery=str(script), max_restarts=0)
+    finally:
+        done.set()
+        thread.join()
+    assert result.exit_code == 0, notes
+    assert [(a.workers, a.ended) for a in result.attempts] == [(2, "stopped to grow"),
+                                                                (3, "succeeded")]
+    assert (result.grows, result.restarts) == (1, ())
+    assert counts(tmp_path) == [2, 2, 3, 3, 3]
+    assert ("gluondist: the discovered hosts hold 3 slot(s) (h1:1, h2:1, h3:1): the job grows "
+            "to 3 workers (was 2) after the next epoch's checkpoint") in notes
+    assert "gluondist: growing the job to 3 workers (was 2); it resumes from its last " \
+           "checkpoint" in notes
+
+
+def test_a_failing_discovery_script_is_named_once_and_the_job_goes_on(tmp_path, fake):
+    script, listing = discovery_script(tmp_path, "h1:1\nh2:1\n")
+
+    def break_it():
+        wait_until(lambda: (tmp_path / "workers").exists(), timeout=60)
+        listing.write_text("h1:1 h2:1\n")
+
+    thread = threading.Thread(target=break_it)
+    thread.start()
+    try:
+        result, notes = run(tmp_path, "epochs", "3", "50", hosts=(), num_workers="2:3",
+                            host_discovery=str(script))
+    finally:
+        thread.join()
+    told = [n for n in notes if "printed 'h1:1 h2:1'" in n]
+    assert told == [f"gluondist: --host-discovery {script} printed 'h1:1 h2:1': one "
+                    "HOST[:SLOTS] a line; going on with the hosts it printed before"]
+    assert result.exit_code == 0 and len(result.attempts) == 1
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "printed no hosts; it should print HOST[:SLOTS] lines"),
+    ("h1:0\n", "printed 'h1:0': one HOST[:SLOTS] a line, SLOTS >= 1"),
+    ("h1\nh1:2\n", "printed host 'h1' twice; print its slots once")])
+def test_discovery_that_prints_nonsense_at_the_start_is_one_line(tmp_path, fake, text, message):
+    script, _ = discovery_script(tmp_path, text)
+    with pytest.raises(LaunchError, match=re.escape(f"--host-discovery {script} {message}")):
+        resolve(LaunchOptions((WORKER,), num_workers="1:2", launcher="fake",
+                              host_discovery=str(script)), {})
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(launcher="slurm", num_workers="2:3"),
+     "-n MIN:MAX and --host-discovery: slurm cannot change a job's worker count"),
+    (dict(launcher="fake", hosts="h1", host_discovery="SCRIPT"),
+     "--host-discovery gives the hosts instead of -H: drop one of them"),
+    (dict(launcher="local", host_discovery="SCRIPT"), "--host-discovery finds hosts for ")])
+def test_what_cannot_be_elastic_is_refused_in_one_line(tmp_path, fake, options, message):
+    if options.get("host_discovery"):
+        options["host_discovery"], _ = discovery_script(tmp_path, "h1\n")
+    with pytest.raises(LaunchError) as raised:
+        resolve(LaunchOptions((WORKER,), **options), {})
+    assert str(raised.value).startswith(message) and "\n" not in str(raised.value)
+
+
+def test_a_misspelled_hostfile_is_named_as_a_missing_file(tmp_path):
+    with pytest.raises(LaunchError, match=r"^-H 'hostz\.txt': No such file or directory"):
+        read_hosts("hostz.txt")
+    assert read_hosts("node1.cluster")[0][0].name == "node1.cluster"
+
+
+def test_a_worker_exiting_79_unasked_is_a_failure(tmp_path, fake):
+    result, _ = run(tmp_path, "exit", str(elastic.EXIT), "1", num_workers="1:2")
+    assert result.exit_code == elastic.EXIT and result.failure.kind is Kind.EXIT
+
+
+def test_next_step_grows_without_counting_a_restart():
+    grown = Attempt(None, resized=True)
+    failed = Attempt(None, Failure(Kind.EXIT, "exit code 1", status=1))
+    assert next_step(LaunchResult((grown,)), 0) is Step.GROW
+    result = LaunchResult((grown, failed))
+    assert (result.grows, len(result.restarts), result.port_retries) == (1, 0, 0)
+    assert next_step(result, 1) is Step.RESTART and next_step(result, 0) is Step.FINISH
+
+
+def test_a_remote_side_that_went_silent_is_a_lost_host():
+    class Child:
+        exit_report, proc = wire.SILENCED, type("P", (), {"returncode": wire.SILENCED})()
+    transport = SshTransport("python", {}, os.getcwd())
+    assert transport.lost(Child())
+    Child.exit_report = Child.proc.returncode = 143
+    assert not transport.lost(Child())
+
+
+def test_a_dry_run_prints_the_plan_of_now_and_the_rule(fake):
+    from click.testing import CliRunner
+    from gluondist.cli import cli
+    fake.down = {"h3"}
+    out = CliRunner().invoke(cli, ["launch", "--dry-run", "-n", "2:3", "--launcher", "fake",
+                                   "-H", "h1:1,h2:1,h3:1", WORKER, "ok"])
+    assert out.exit_code == 0, out.output
+    assert "gluondist: host h3 is unreachable (down): left out of attempt 1" in out.stderr
+    assert [l.split(" on ")[0] for l in out.stdout.splitlines() if " on h" in l] == [
+        "scheduler", "server 0", "worker 0", "worker 1"]
+    assert out.stdout.splitlines()[-1].startswith(
+        "elastic: -n 2:3 starts 2 worker(s) now (as many as the reachable slots hold, at most "
+        "3); a restart runs as many as the hosts that answer then hold, and stops below 2")
