@@ -159,6 +159,14 @@ def _first(part, ctx):
     return part[:1].as_in_context(ctx)
 
 
+def __getattr__(name):
+    # the pipeline's names, imported when first used (gluondist.pipeline imports this module)
+    if name in ("Pipeline", "StageTrainer"):
+        from . import pipeline
+        return getattr(pipeline, name)
+    raise AttributeError(f"module 'gluondist.parallel' has no attribute {name!r}")
+
+
 def clip_global_norm(trainer, ctxs: Sequence["mx.Context"], max_norm: float) -> float:
     """Scale the (reduced) gradients so their global 2-norm is at most ``max_norm``.
 
@@ -166,7 +174,9 @@ def clip_global_norm(trainer, ctxs: Sequence["mx.Context"], max_norm: float) -> 
     the same summed gradient, and the norm is computed once per context (never across copies).
     Returns the norm before clipping."""
     norm = 0.0
-    for ctx in ctxs:
-        grads = [p.grad(ctx) for p in trainer._params if p.grad_req != "null"]
-        norm = mx.gluon.utils.clip_global_norm(grads, max_norm, check_isfinite=False)
+    # one copy of the gradients per context; a pipeline's parameters (each on one context of
+    # its stage) are one copy spread across contexts
+    params = [p for p in trainer._params if p.grad_req != "null"]
+    for grads in zip(*[p.list_grad() for p in params]):
+        norm = mx.gluon.utils.clip_global_norm(list(grads), max_norm, check_isfinite=False)
     return float(norm.asscalar())
