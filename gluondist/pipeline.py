@@ -145,6 +145,9 @@ class Pipeline:
                 x = block(x)
         return x
 
+    forward = __call__  # what fit's checks read the inputs' names from
+    trainer_type = property(lambda self: StageTrainer, doc="the trainer a pipeline needs")
+
     @property
     def output_context(self) -> "mx.Context":
         return self.contexts[-1]
