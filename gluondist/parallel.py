@@ -159,14 +159,6 @@ def _first(part, ctx):
     return part[:1].as_in_context(ctx)
 
 
-def __getattr__(name):
-    # the pipeline's names, imported when first used (gluondist.pipeline imports this module)
-    if name in ("Pipeline", "StageTrainer"):
-        from . import pipeline
-        return getattr(pipeline, name)
-    raise AttributeError(f"module 'gluondist.parallel' has no attribute {name!r}")
-
-
 def clip_global_norm(trainer, ctxs: Sequence["mx.Context"], max_norm: float) -> float:
     """Scale the (reduced) gradients so their global 2-norm is at most ``max_norm``.
 
@@ -180,3 +172,7 @@ def clip_global_norm(trainer, ctxs: Sequence["mx.Context"], max_norm: float) -> 
     for grads in zip(*[p.list_grad() for p in params]):
         norm = mx.gluon.utils.clip_global_norm(list(grads), max_norm, check_isfinite=False)
     return float(norm.asscalar())
+
+
+# Pipeline mode (gluondist/pipeline.py, which imports this module at its end)
+from .pipeline import Pipeline, StageTrainer  # noqa: E402,F401

@@ -19,9 +19,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from . import parallel
 from ._mx import mx
-from .kv.trainer import make_trainer
 
 
 def _batch_norms(block) -> List[str]:
@@ -178,8 +176,8 @@ class Pipeline:
                      batch_size: Optional[int] = None):
         """One :class:`StageTrainer` over every stage (see
         :func:`gluondist.kvstore.make_trainer`; ``kvstore=None``: none, as one process needs)."""
-        return make_trainer(self.net.collect_params(), optimizer, optimizer_params, kvstore,
-                            1, batch_size, trainer_type=StageTrainer)
+        return kv_trainer.make_trainer(self.net.collect_params(), optimizer, optimizer_params,
+                                       kvstore, 1, batch_size, trainer_type=StageTrainer)
 
 
 def _learn_shapes(net, sample, init) -> None:
@@ -257,3 +255,9 @@ class StageTrainer(mx.gluon.Trainer):
         for group in groups.values():
             index, grads, weights = zip(*group)
             self._updaters[0](list(index), list(grads), list(weights))
+
+
+# Last: gluondist.parallel re-exports Pipeline and StageTrainer, so whichever of the two
+# modules is imported first, the other finds these names defined.
+from . import parallel  # noqa: E402
+from .kv import trainer as kv_trainer  # noqa: E402 (a module: it may be half-imported here)

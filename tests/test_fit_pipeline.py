@@ -104,3 +104,18 @@ def test_fit_refuses_in_one_line(few, kw, message):
     with pytest.raises(ValueError, match=message) as err:
         train(few[0], TWO, **kw)
     assert "\n" not in str(err.value)
+
+
+def test_the_pipeline_pages_blocks_run(capsys):
+    from docpages import blocks
+    namespace = {}
+    ran = [b for b in blocks("docs/pipeline.md") if b.mark is None]
+    for i, b in enumerate(ran):
+        exec(compile(b.code, f"docs/pipeline.md block {i}", "exec"), namespace)
+    assert len(ran) == 3
+    net = namespace["net"]
+    assert [str(net[i].weight.list_ctx()) for i in range(4)] == ["[cpu(0)]"] * 2 + ["[cpu(1)]"] * 2
+    assert len(namespace["history"].history["loss"]) == 2
+    held = namespace["pipe2"].param_bytes()
+    assert set(held) == {"cpu(0)", "cpu(1)"} and all(held.values())
+    assert "'accuracy'" in capsys.readouterr().out

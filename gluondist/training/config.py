@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Union
 import numpy as np
 
 from .. import kvstore as kvs, parallel
+from ..pipeline import Pipeline, check_micro_batches
 from .._mx import mx
 from ..kv.kinds import Mode
 from .arguments import CLIP_KEY, DEFAULT_BATCH_SIZE, FitArgs
@@ -90,7 +91,6 @@ def prepare(args: FitArgs) -> FitConfig:
 def _pipeline(args: FitArgs, ctxs, train: Source, batch_size: int):
     """``(pipeline, data contexts)``: the net's stages placed on ``ctxs``, and where a batch's
     micro-batches are loaded (the last stage, whose outputs meet the labels there)."""
-    from ..pipeline import Pipeline, check_micro_batches  # noqa: the pipeline imports parallel
     check_micro_batches(args.micro_batches, batch_size)
     sample = train.load(np.arange(1), [mx.cpu()])[0][0]  # shapes, to balance the stages
     pipe = Pipeline(args.net, ctxs, args.stages, sample=sample)
