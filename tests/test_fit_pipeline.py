@@ -119,3 +119,15 @@ def test_the_pipeline_pages_blocks_run(capsys):
     held = namespace["pipe2"].param_bytes()
     assert set(held) == {"cpu(0)", "cpu(1)"} and all(held.values())
     assert "'accuracy'" in capsys.readouterr().out
+
+
+def test_dist_async_is_refused_before_the_job_is_joined(few, monkeypatch):
+    """dist_async runs the optimizer on the servers; a pipeline updates on the workers (the
+    mode is faked here: outside a job MXNet would wait for a scheduler)."""
+    from gluondist.kv.kinds import Mode
+    from gluondist.training import config
+    monkeypatch.setattr(config.kvs, "resolve_mode", lambda kind, copies: Mode("dist_async"))
+    with pytest.raises(ValueError, match=r"^parallel='pipeline' updates on the workers; kvstore "
+                                         r"'dist_async' runs the optimizer on the servers: use "
+                                         r"dist_sync$"):
+        train(few[0], TWO, parallel="pipeline")
