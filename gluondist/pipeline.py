@@ -96,7 +96,58 @@ def _move(x, ctx):
 
 
 def _size(block) -> int:
-    return sum(int(p.data().size) for p in block.collect_params().values())
+    return sum(int(np.prod(p.shape)) for p in block.collect_params().values())
+
+
+class StageTrainer(mx.gluon.Trainer):
+    """A ``gluon.Trainer`` over parameters that each live on one context (different ones).
+
+    Updates go to one updater, one call per context (an aggregated update runs on one device),
+    and the optimizer's per-device update counts are one table, so optimizer states and counts
+    are kept by parameter index exactly as a one-device trainer keeps them: a checkpoint moves
+    between the layouts."""
+
+    def _check_contexts(self):
+        several = [p.name for p in self._params if len(p.list_ctx()) != 1]
+        if several:
+            raise ValueError(f"parameters {', '.join(several[:3])} live on several contexts; "
+                             "a StageTrainer takes parameters on one context each")
+        return self._params[0].list_ctx()[:1] if self._params else [mx.cpu()]
+
+    def _init_kvstore(self):
+        # Trainer reads every parameter on its first context: None reads each one's own
+        contexts, self._contexts = self._contexts, [None]
+        try:
+            super()._init_kvstore()
+        finally:
+            self._contexts = contexts
+        if self._kvstore is not None and self._update_on_kvstore:
+            raise ValueError("a pipeline updates on the workers: use dist_sync (or no "
+                             "kvstore), not a kvstore that runs the optimizer (dist_async)")
+
+    def _update(self, ignore_stale_grad=False):
+        opt = self._optimizer
+        counts = opt._all_index_update_counts  # one table for every device (see above)
+        shared = counts.setdefault(self._contexts[0].device_id, {})
+        for data in (p.list_data()[0] for p in self._params):
+            counts[data.context.device_id] = shared
+        opt._index_update_count = shared
+        groups: Dict[str, list] = {}
+        for i, param in enumerate(self._params):
+            if param.grad_req == "null":
+                continue
+            data, grad = param.list_data()[0], param.list_grad()[0]
+            if not data._fresh_grad:
+                if ignore_stale_grad:
+                    continue
+                raise UserWarning(f"the gradient of parameter {param.name} was not updated by "
+                                  "backward since the last step; pass ignore_stale_grad=True "
+                                  "to skip it")
+            data._fresh_grad = False
+            groups.setdefault(str(data.context), []).append((i, grad, data))
+        for group in groups.values():
+            index, grads, weights = zip(*group)
+            self._updaters[0](list(index), list(grads), list(weights))
 
 
 class Pipeline:
@@ -144,7 +195,7 @@ class Pipeline:
         return x
 
     forward = __call__  # what fit's checks read the inputs' names from
-    trainer_type = property(lambda self: StageTrainer, doc="the trainer a pipeline needs")
+    trainer_type = StageTrainer  # the trainer a pipeline needs (fit makes it)
 
     @property
     def output_context(self) -> "mx.Context":
@@ -204,57 +255,6 @@ def _place(block, ctx, init) -> None:
             continue
         if where != [ctx]:
             p.reset_ctx(ctx)
-
-
-class StageTrainer(mx.gluon.Trainer):
-    """A ``gluon.Trainer`` over parameters that each live on one context (different ones).
-
-    Updates go to one updater, one call per context (an aggregated update runs on one device),
-    and the optimizer's per-device update counts are one table, so optimizer states and counts
-    are kept by parameter index exactly as a one-device trainer keeps them: a checkpoint moves
-    between the layouts."""
-
-    def _check_contexts(self):
-        several = [p.name for p in self._params if len(p.list_ctx()) != 1]
-        if several:
-            raise ValueError(f"parameters {', '.join(several[:3])} live on several contexts; "
-                             "a StageTrainer takes parameters on one context each")
-        return self._params[0].list_ctx()[:1] if self._params else [mx.cpu()]
-
-    def _init_kvstore(self):
-        # Trainer reads every parameter on its first context: None reads each one's own
-        contexts, self._contexts = self._contexts, [None]
-        try:
-            super()._init_kvstore()
-        finally:
-            self._contexts = contexts
-        if self._kvstore is not None and self._update_on_kvstore:
-            raise ValueError("a pipeline updates on the workers: use dist_sync (or no "
-                             "kvstore), not a kvstore that runs the optimizer (dist_async)")
-
-    def _update(self, ignore_stale_grad=False):
-        opt = self._optimizer
-        counts = opt._all_index_update_counts  # one table for every device (see above)
-        shared = counts.setdefault(self._contexts[0].device_id, {})
-        for data in (p.list_data()[0] for p in self._params):
-            counts[data.context.device_id] = shared
-        opt._index_update_count = shared
-        groups: Dict[str, list] = {}
-        for i, param in enumerate(self._params):
-            if param.grad_req == "null":
-                continue
-            data, grad = param.list_data()[0], param.list_grad()[0]
-            if not data._fresh_grad:
-                if ignore_stale_grad:
-                    continue
-                raise UserWarning(f"the gradient of parameter {param.name} was not updated by "
-                                  "backward since the last step; pass ignore_stale_grad=True "
-                                  "to skip it")
-            data._fresh_grad = False
-            groups.setdefault(str(data.context), []).append((i, grad, data))
-        for group in groups.values():
-            index, grads, weights = zip(*group)
-            self._updaters[0](list(index), list(grads), list(weights))
 
 
 # Last: gluondist.parallel re-exports Pipeline and StageTrainer, so whichever of the two
