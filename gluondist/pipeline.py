@@ -233,7 +233,9 @@ class Pipeline:
 
 def _learn_shapes(net, sample, init) -> None:
     """Make every parameter's shape known (to count it): a forward of one sample on the CPU
-    where shapes are deferred."""
+    where shapes are deferred (a net whose layers all have ``in_units`` is left alone)."""
+    if all(p.shape and not any(d <= 0 for d in p.shape) for p in net.collect_params().values()):
+        return
     if not parallel.is_initialized(net):
         net.initialize(init or mx.init.Xavier(), ctx=mx.cpu())
     if any(p._deferred_init for p in net.collect_params().values()):

@@ -140,3 +140,12 @@ def test_more_micro_batches_than_samples_is_refused():
     pipe = parallel.Pipeline(deep(), [mx.cpu(0), mx.cpu(1)], sample=X)
     with pytest.raises(ValueError, match="micro_batches=4 exceeds the batch of 3 sample"):
         pipe.forward_backward(mx.gluon.loss.L2Loss(), mx.nd.array(X), mx.nd.array(y), 4)
+
+
+def test_known_shapes_are_initialised_on_each_stages_device_directly():
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Dense(8, in_units=5), mx.gluon.nn.Dense(3, in_units=8))
+    net.initialize = None  # never the whole net on the CPU first (calling it would fail)
+    pipe = parallel.Pipeline(net, [mx.cpu(0), mx.cpu(1)])  # no sample needed
+    assert pipe.bounds == [0, 1, 2]
+    assert [p.list_ctx() for p in net[1].collect_params().values()] == [[mx.cpu(1)]] * 2
