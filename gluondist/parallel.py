@@ -166,7 +166,13 @@ def clip_global_norm(trainer, ctxs: Sequence["mx.Context"], max_norm: float) -> 
     the same summed gradient, and the norm is computed once per context (never across copies).
     Returns the norm before clipping."""
     norm = 0.0
-    for ctx in ctxs:
-        grads = [p.grad(ctx) for p in trainer._params if p.grad_req != "null"]
-        norm = mx.gluon.utils.clip_global_norm(grads, max_norm, check_isfinite=False)
+    # one copy of the gradients per context; a pipeline's parameters (each on one context of
+    # its stage) are one copy spread across contexts
+    params = [p for p in trainer._params if p.grad_req != "null"]
+    for grads in zip(*[p.list_grad() for p in params]):
+        norm = mx.gluon.utils.clip_global_norm(list(grads), max_norm, check_isfinite=False)
     return float(norm.asscalar())
+
+
+# Pipeline mode (gluondist/pipeline.py, which imports this module at its end)
+from .pipeline import Pipeline, StageTrainer  # noqa: E402,F401

@@ -41,6 +41,11 @@ BAD = {
     "accumulate": (0, r"^accumulate must be a positive integer, not 0$"),
     "loss_weights": ([1.0, "half"], r"^loss_weights must be numbers, one per output"),
     "class_weight": ({1: 1.0}, r"^class_weight must be a dict from every class index 0..K-1"),
+    "parallel": ("model", r"^parallel must be 'data' \(each device a copy of the net\) or "
+                          r"'pipeline' .*not 'model'$"),
+    "micro_batches": (0, r"^micro_batches must be a positive integer, not 0$"),
+    "stages": ("3", r"^stages must be a list of child indices where stages begin, such as "
+                    r"\[3, 6\], not '3'$"),
 }
 
 

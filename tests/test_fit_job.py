@@ -95,6 +95,23 @@ def test_two_workers_of_32_compute_one_process_of_64(launch, tmp_path, opts):
     assert job.leftovers() == []
 
 
+def test_two_workers_of_two_stages_compute_one_process_on_one_device(launch, tmp_path):
+    """Hybrid parallelism: each worker a pipeline, the servers summing across workers. Other
+    trainers come first on the same kvstore (several), so the stages' keys must be the job's."""
+    job = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 2, 32,
+                 json.dumps({"pipeline": 2, "several": True}))
+    assert job.wait(timeout=300) == 0, job.err
+    (p0, p1), (h0, h1) = job_results(tmp_path, 2)
+    ref, ref_history = one_process(2, 64)
+    for key in ref:
+        assert np.array_equal(p0[key], p1[key]), key
+        np.testing.assert_allclose(p0[key], ref[key], rtol=1e-5, atol=1e-6, err_msg=key)
+    assert h0 == h1
+    for key in ("loss", "accuracy", "val_loss", "val_accuracy"):
+        np.testing.assert_allclose(h0[key], ref_history[key], rtol=1e-5, err_msg=key)
+    assert job.leftovers() == []
+
+
 def test_a_crashed_job_resumes_from_its_checkpoint(launch, tmp_path):
     ckpt = tmp_path / "ckpt"
     crash = launch("-n", 2, "-s", 1, SCRIPT, tmp_path, 4, 32,

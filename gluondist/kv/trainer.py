@@ -18,7 +18,7 @@ from .safepickle import check_sendable
 
 def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
                  num_contexts: int = 1, batch_size: Optional[int] = None,
-                 chunk_bytes: Optional[int] = None):
+                 chunk_bytes: Optional[int] = None, trainer_type=None):
     """A ``gluon.Trainer`` whose kvstore semantics are right, ready for the first step.
 
     ``kvstore`` is a kind (see :func:`create`) or a KVStore. Sync modes update on the workers
@@ -39,7 +39,10 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     ``GLUONDIST_CHUNK_BYTES``; 0 sends every one whole) is pushed and pulled in chunks of
     about that size, on keys of their own, so the pull of one chunk overlaps the push of the
     next: one big array then takes about as long as the same bytes in many small ones. The
-    chunks are views of the gradient, and the result is bit-equal to sending it whole."""
+    chunks are views of the gradient, and the result is bit-equal to sending it whole.
+
+    ``trainer_type``: a subclass of ``gluon.Trainer`` to make (a pipeline's
+    :class:`~gluondist.pipeline.StageTrainer`); default ``gluon.Trainer``."""
     if chunk_bytes is None:
         chunk_bytes = chunk_bytes_from_env()
     kv = JOB.create(kvstore, num_contexts) if isinstance(kvstore, str) or kvstore is None \
@@ -60,7 +63,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     if isinstance(optimizer, mx.optimizer.Optimizer) and optimizer_params:
         raise ValueError("give optimizer_params only with an optimizer name: an "
                          "mx.optimizer.Optimizer instance carries its own settings")
-    trainer = mx.gluon.Trainer(params, optimizer, optimizer_params, kvstore=kv,
+    trainer = (trainer_type or mx.gluon.Trainer)(params, optimizer, optimizer_params, kvstore=kv,
                                update_on_kvstore=update_on_kvstore)
     if dist:
         _join(trainer, kv, update_on_kvstore, batch_size)

@@ -150,6 +150,22 @@ def _loss_weights(weights, name) -> None:
         raise ValueError(f"{name} must be numbers, one per output, not {weights!r}")
 
 
+PARALLEL = ("data", "pipeline")  # what parallel= takes
+
+
+def _parallel(kind, name) -> None:
+    if kind not in PARALLEL:
+        raise ValueError(f"{name} must be 'data' (each device a copy of the net) or 'pipeline' "
+                         f"(the net split into stages, one per device), not {kind!r}")
+
+
+def _stages(cuts, name) -> None:
+    if isinstance(cuts, (str, bytes)) or not isinstance(cuts, (list, tuple)) or \
+            not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) for c in cuts):
+        raise ValueError(f"{name} must be a list of child indices where stages begin, such as "
+                         f"[3, 6], not {cuts!r}")
+
+
 @dataclass(frozen=True, eq=False)
 class FitArgs:
     """The arguments of :func:`gluondist.fit`, as the caller gave them, each checked alone
@@ -219,6 +235,16 @@ class FitArgs:
         None, "`{class: weight}` for every class 0..K-1 of the first output: each training "
               "sample's loss is weighed by its class's.",
         _optional(lambda table, name: class_weight_table(table)))
+    parallel: str = _arg(
+        "data", "`'data'`: each device holds a copy of the net and takes a part of the batch; "
+                "`'pipeline'`: a `Sequential` split into one stage per device (see "
+                "[Pipeline parallelism](pipeline.md)).", _parallel)
+    micro_batches: int = _arg(
+        1, "`parallel='pipeline'`: the parts each batch is cut into, run through the stages "
+           "in turn (at most the batch size).", _count(1))
+    stages: Optional[Sequence[int]] = _arg(
+        None, "`parallel='pipeline'`: the child indices where stages 2.. begin (`[3, 6]`); "
+              "None balances the stages by parameter count.", _optional(_stages))
 
     def __post_init__(self):
         for f in fields(self):

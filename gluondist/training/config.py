@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Union
 import numpy as np
 
 from .. import kvstore as kvs, parallel
+from ..pipeline import Pipeline, check_micro_batches
 from .._mx import mx
 from ..kv.kinds import Mode
 from .arguments import CLIP_KEY, DEFAULT_BATCH_SIZE, FitArgs
@@ -38,17 +39,29 @@ class FitConfig:
     objective: Objective
     callbacks: List[Callback]  # the user's
     checkpoint_dir: Optional[str]  # the argument's, or the Checkpointer's passed
+    # what runs a batch: the net, or (parallel='pipeline') the Pipeline of its stages, whose
+    # batches are loaded in micro_batches parts, all on the last stage (ctxs says so)
+    model: Any = None
+    copies: int = 1  # the net's copies on this worker: one per device, or one pipeline
 
 
 def prepare(args: FitArgs) -> FitConfig:
     """Check what holds of the arguments together and one batch of each data source;
     initialise the net."""
     ctxs = parallel.contexts(args.ctx)
-    if args.kvstore is None and len(ctxs) > 1:
+    pipelined = args.parallel == "pipeline"
+    if not pipelined and (args.micro_batches != 1 or args.stages is not None):
+        raise ValueError("micro_batches and stages split a net into a pipeline: pass "
+                         "parallel='pipeline' with them, or leave them out")
+    if args.kvstore is None and len(ctxs) > 1 and not pipelined:
         raise ValueError(f"kvstore=None on {len(ctxs)} devices would train each device's copy "
                          "of the net on its own part of the batch (the copies drift apart); "
                          "use kvstore='auto' or 'device', or one device")
-    mode = kvs.resolve_mode(args.kvstore, len(ctxs))
+    copies = 1 if pipelined else len(ctxs)
+    mode = kvs.resolve_mode(args.kvstore, copies)
+    if pipelined and mode is not None and mode.updates_on_servers:
+        raise ValueError(f"parallel='pipeline' updates on the workers; kvstore {str(mode)!r} "
+                         "runs the optimizer on the servers: use dist_sync")
     workers = kvs.num_workers() if mode is not None and mode.distributed else 1
     train, val, batch_size, val_batch = _sources(args, workers)
     optimizer, opt_params, clip = own_optimizer(args.optimizer, args.optimizer_params)
@@ -56,11 +69,15 @@ def prepare(args: FitArgs) -> FitConfig:
     checkpoint_dir = checkpoint_dir_of(args.checkpoint_dir, callbacks)
     if args.seed is not None:
         seed_all(args.seed)
-    parallel.initialize(args.net, ctxs)
-    objective = check_batch(args.net, None, train, "train_data", ctxs[0], batch_size, args.loss,
+    model = args.net
+    if pipelined:
+        model, ctxs = _pipeline(args, ctxs, train, batch_size)
+    else:
+        parallel.initialize(args.net, ctxs)
+    objective = check_batch(model, None, train, "train_data", ctxs[0], batch_size, args.loss,
                             args.loss_weights, args.metrics, args.class_weight)
     if val is not None:
-        check_batch(args.net, objective, val, "val_data", ctxs[0], val_batch)
+        check_batch(model, objective, val, "val_data", ctxs[0], val_batch)
     keys = objective.keys()
     keys += [f"val_{k}" for k in keys] if val is not None else []
     for cb in callbacks:
@@ -68,7 +85,16 @@ def prepare(args: FitArgs) -> FitConfig:
     return FitConfig(args=args, ctxs=ctxs, mode=mode, train=train, val=val,
                      batch_size=batch_size, val_batch=val_batch, optimizer=optimizer,
                      opt_params=opt_params, clip=clip, objective=objective, callbacks=callbacks,
-                     checkpoint_dir=checkpoint_dir)
+                     checkpoint_dir=checkpoint_dir, model=model, copies=copies)
+
+
+def _pipeline(args: FitArgs, ctxs, train: Source, batch_size: int):
+    """``(pipeline, data contexts)``: the net's stages placed on ``ctxs``, and where a batch's
+    micro-batches are loaded (the last stage, whose outputs meet the labels there)."""
+    check_micro_batches(args.micro_batches, batch_size)
+    sample = train.load(np.arange(1), [mx.cpu()])[0][0]  # shapes, to balance the stages
+    pipe = Pipeline(args.net, ctxs, args.stages, sample=sample)
+    return pipe, [pipe.output_context] * args.micro_batches
 
 
 def _sources(args: FitArgs, workers: int):

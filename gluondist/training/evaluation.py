@@ -57,7 +57,8 @@ def evaluate(net, data, loss=None, metrics="auto", batch_size=None, ctx=None,
     History's keys without ``val_``: computed exactly as fit's validation, so evaluating right
     after fit gives its last ``val_`` figures. In a launched ``dist_sync`` job every worker
     takes its share and all get the same dict (every worker must call it); in ``dist_async``
-    each worker evaluates all of ``data``."""
+    each worker evaluates all of ``data``. A :class:`gluondist.parallel.Pipeline` as ``net``
+    runs on its stages' devices (``ctx`` is ignored)."""
     ctxs, src, batch_size = _setup(net, data, batch_size, ctx)
     objective = check_batch(net, None, src, "data", ctxs[0], batch_size, loss, loss_weights,
                             metrics)
@@ -79,7 +80,8 @@ def predict(net, data, batch_size=None, ctx=None) -> Union[np.ndarray, Tuple[np.
     """``net``'s outputs for every sample of ``data``, in sample order, as a numpy array (a
     tuple of arrays for a net of several outputs). ``data``: an array of inputs, a tuple of
     them for several inputs, or a Dataset/DataLoader as for fit (labels are ignored). Runs in
-    this process on its devices ``ctx``, in batches of ``batch_size`` (default 256)."""
+    this process on its devices ``ctx``, in batches of ``batch_size`` (default 256); a
+    :class:`gluondist.parallel.Pipeline` as ``net`` on its stages' devices."""
     ctxs, src, batch_size = _setup(net, data, batch_size, ctx, labelled=False, default=256)
     _check_pairs(net, src)
     sampler = kvs.ShardedBatchSampler(len(src), batch_size, shuffle=False)
@@ -128,7 +130,10 @@ def _setup(net, data, batch_size, ctx, labelled=True, default=DEFAULT_BATCH_SIZE
         raise ValueError("the net has no parameters yet: train it with fit, load them "
                          "(net.load_parameters), or initialise them (net.initialize())")
     check_float32(net)
-    parallel.initialize(net, ctxs)  # moved to ctxs, values kept
+    if isinstance(net, parallel.Pipeline):  # its stages stay where they are; ctx is ignored
+        ctxs = [net.output_context]
+    else:
+        parallel.initialize(net, ctxs)  # moved to ctxs, values kept
     src, loader_batch = source(data, "data", labelled=labelled)
     batch_size = batch_size or loader_batch or default
     check_count(batch_size, "batch_size", 1)

@@ -43,7 +43,8 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
         progress: Optional[bool] = None, seed: Optional[int] = None,
         terminate_on_nan: bool = True, accumulate: int = 1,
         loss_weights: Optional[Sequence[float]] = None,
-        class_weight: Optional[Dict[int, float]] = None) -> History:
+        class_weight: Optional[Dict[int, float]] = None, parallel: str = "data",
+        micro_batches: int = 1, stages: Optional[Sequence[int]] = None) -> History:
     """Train ``net`` and return a :class:`~gluondist.training.callbacks.History`.
 
     ``train_data``/``val_data``: an ``(X, y)`` tuple of numpy arrays or NDArrays, a
@@ -67,7 +68,9 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
     ``accumulate=k``: one update every k batches with the sum of their gradients (as a batch
     k times larger). Several inputs or outputs: ``((X1, X2), (y1, y2))``, ``loss=[l1, l2]``,
     ``loss_weights``, ``metrics={output: names}``. ``(X, y, sample_weight)`` and
-    ``class_weight={label: weight}`` weight each sample's loss. Inputs, labels and weights are
+    ``class_weight={label: weight}`` weight each sample's loss. ``parallel='pipeline'`` splits
+    a ``Sequential`` into one stage per device of ``ctx`` (at ``stages``, else balanced by
+    parameter count), each batch in ``micro_batches`` parts: see docs/pipeline.md. Inputs, labels and weights are
     cast to float32 (the net must be float32); ``optimizer_params`` and an optimizer instance
     are copied, never changed. Every argument, its default and meaning: the table in
     docs/fit.md, from :class:`~gluondist.training.arguments.FitArgs`.
@@ -146,7 +149,7 @@ def _train_batches(loop: LoopState, batches, tally, watch, clock, hooks) -> int:
     samples = 0
     for batch, (n, global_count, data, targets) in enumerate(batches):
         timed = clock.sample(batch)
-        outputs, losses = parallel.forward_backward(run.net, cfg.objective, data, targets,
+        outputs, losses = parallel.forward_backward(cfg.model, cfg.objective, data, targets,
                                                     cfg.ctxs, step.loss_scale(n))
         batch_sums = tally.add(outputs, targets, losses) if n else []
         if watch is not None:
@@ -164,17 +167,17 @@ def _evaluate(loop: LoopState) -> dict:
     """Loss and metrics over all of the validation data; in dist_sync each worker its share."""
     run, c = loop.run, loop.config
     if run.agree:
-        return run_pass(run.net, c.objective, c.val, c.ctxs, c.val_batch, run.rank,
+        return run_pass(c.model, c.objective, c.val, c.ctxs, c.val_batch, run.rank,
                         run.num_workers, kvs.allreduce)
-    return run_pass(run.net, c.objective, c.val, c.ctxs, c.val_batch)
+    return run_pass(c.model, c.objective, c.val, c.ctxs, c.val_batch)
 
 
 def _check_parameters(loop: LoopState) -> None:
     """NaN in a Dataset's samples can hide from the loss (relu passes a NaN weight's column
     as 0) while the weights turn NaN: check them once per epoch, before any checkpoint."""
-    run, ctx = loop.run, loop.config.ctxs[0]
-    bad = [name for name, p in run.net._collect_params_with_prefix().items()
-           if not math.isfinite(float(p.data(ctx).norm().asscalar()))]
+    run = loop.run
+    bad = [name for name, p in run.net._collect_params_with_prefix().items()  # one copy each
+           if not math.isfinite(float(p.list_data()[0].norm().asscalar()))]
     if bad:
         raise FloatingPointError(
             f"parameter(s) {', '.join(bad[:3])} became NaN or infinite in epoch "

@@ -79,14 +79,15 @@ def start(cfg: FitConfig) -> LoopState:
     args, ctxs = cfg.args, cfg.ctxs
     ckpt = _restore(cfg)
     seed = ckpt.state.seed if ckpt is not None else args.seed
-    kv = kvs.create(cfg.mode, len(ctxs)) if cfg.mode is not None else None
+    kv = kvs.create(cfg.mode, cfg.copies) if cfg.mode is not None else None
     distributed = cfg.mode is not None and cfg.mode.distributed
     rank, workers = (kv.rank, kv.num_workers) if distributed else (0, 1)
     if seed is None:
         seed = _job_seed() if distributed else random.SystemRandom().randrange(SEEDS)
     start = ckpt.epoch + 1 if ckpt is not None else 0
     trainer = kvs.make_trainer(args.net.collect_params(), cfg.optimizer, cfg.opt_params or None,
-                               kv, len(ctxs), cfg.batch_size * args.accumulate)
+                               kv, cfg.copies, cfg.batch_size * args.accumulate,
+                               trainer_type=getattr(cfg.model, "trainer_type", None))
     step = kvs.TrainStep(trainer, kv, ctxs, cfg.batch_size, cfg.clip, args.accumulate)
     if step.agree:
         _agree(cfg, start)

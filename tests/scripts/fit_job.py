@@ -8,7 +8,8 @@ batchnorm (a net with BatchNorm), regression (a regression net, L2 loss, mse/mae
 writes numpy's val mse/mae of the final net to metrics.<rank>.json), several (the parameter-
 server recipe, then fit, then fit again on the same net, then the real fit on a new net),
 accumulate (fit's accumulate), batch_sleep (seconds each worker sleeps after each batch, so a
-test can act while the job trains). The
+test can act while the job trains), pipeline (M: each worker's net in 2 stages on cpu(0) and
+cpu(1), batches in M micro-batches). The
 tests import data(), net() and optimizer_params() to train the same model in one process.
 """
 import json
@@ -114,6 +115,9 @@ def main():
         callbacks.append(At(1, opts["poison"], poison))
     if "batch_sleep" in opts:
         callbacks.append(Sleep(opts["batch_sleep"]))
+    if "pipeline" in opts:
+        extra.update(ctx=[mx.cpu(0), mx.cpu(1)], parallel="pipeline",
+                     micro_batches=opts["pipeline"])
     history = gluondist.fit(model, train, val_data=val, epochs=epochs, batch_size=batch, seed=11,
                             optimizer=opts.get("optimizer", "sgd"),
                             optimizer_params=optimizer_params(opts),
