@@ -257,8 +257,23 @@ def manifest():
     """Write the objects that run a job on a cluster engine."""
 
 
+class _FixedWorkers(click.ParamType):
+    """-n of a Kubernetes manifest: a number; MIN:MAX is refused by name (an Indexed Job's
+    completions are fixed)."""
+
+    name = "integer"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and ":" in value:
+            self.fail("an Indexed Job's completions are fixed, so -n takes a number here; "
+                      "elastic jobs (-n MIN:MAX) need gluondist launch --launcher ssh", param,
+                      ctx)
+        return click.IntRange(min=1).convert(value, param, ctx)
+
+
 @manifest.command("kubernetes", context_settings={"allow_interspersed_args": False})
-@launch_flags("num_workers", "num_servers", num_workers={"type": click.IntRange(min=1)},
+@launch_flags("num_workers", "num_servers", num_workers={"type": _FixedWorkers(),
+                                                         "metavar": "N"},
               num_servers={"type": click.IntRange(min=1)})
 @click.option("--image", required=True, help="Container image with gluondist and MXNet.")
 @click.option("--name", default="gluondist", show_default=True,

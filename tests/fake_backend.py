@@ -48,6 +48,9 @@ class Fake(Backend):
     def transport(self, options, env):
         return FakeTransport()
 
+    def unreachable(self, names, options):
+        return {name: "down" for name in names if name in self.down}
+
     def reachable(self, hosts, server_hosts, options, attempt, show):
         self.checked.append((attempt, tuple(h.name for h in hosts)))
         down = self.down | {h for h, first in self.down_from.items() if attempt >= first}

@@ -196,3 +196,24 @@ def test_a_dry_run_prints_the_plan_of_now_and_the_rule(fake):
     assert out.stdout.splitlines()[-1].startswith(
         "elastic: -n 2:3 starts 2 worker(s) now (as many as the reachable slots hold, at most "
         "3); a restart runs as many as the hosts that answer then hold, and stops below 2")
+
+
+def test_a_kubernetes_manifest_refuses_min_max_in_one_line():
+    from click.testing import CliRunner
+    from gluondist.cli import cli
+    out = CliRunner().invoke(cli, ["manifest", "kubernetes", "-n", "2:3", "--image", "x", "t.py"])
+    assert out.exit_code == 2
+    assert "an Indexed Job's completions are fixed, so -n takes a number here; elastic jobs " \
+           "(-n MIN:MAX) need gluondist launch --launcher ssh" in out.output
+
+
+def test_every_host_lost_at_once_is_named(tmp_path, fake):
+    fake.down = {"h1", "h2"}  # worker 0 loses its link on h3; h1 and h2 no longer answer
+    result, notes = run(tmp_path, "exit", "255", "0", hosts="h1:1,h2:1,h3:1", num_workers=3)
+    assert result.exit_code == 75 and result.failure.host == "h3", notes
+    assert notes[-3:] == [
+        "gluondist: host h1 does not answer either (down): it was lost too, and its processes "
+        "could not be stopped from here",
+        "gluondist: host h2 does not answer either (down): it was lost too, and its processes "
+        "could not be stopped from here",
+        "gluondist: exit code 75 (lost a host)"], notes

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import List, Union
+from typing import List, Mapping, Union
 
 from .child import BOOTSTRAP, source_path
 from .outcome import Attempt, Failure, Kind, LaunchResult
@@ -83,13 +83,18 @@ def _launch_frame(line: str) -> bool:
         BOOTSTRAP_FILE in line
 
 
-def final_lines(result: LaunchResult) -> List[str]:
+def final_lines(result: LaunchResult, also_lost: Mapping[str, str] = {}) -> List[str]:
+    """The job's last report; ``also_lost``: other hosts of the last attempt that no longer
+    answer (host: why), named beside the lost host that ended it."""
     if result.failure is None:
-        return [f"{P}succeeded after {len(result.restarts)} restart(s)"] if result.restarts \
-            else []
+        done = [f"{len(result.restarts)} restart(s)"] if result.restarts else []
+        done += [f"growing {result.grows} time(s)"] if result.grows else []
+        return [f"{P}succeeded after {' and '.join(done)}"] if done else []
     used = [f"{P}no restart left: all {len(result.restarts)} of --max-restarts used"] \
         if result.restarts else []
-    return failure_lines(result) + used + [exit_line(result)]
+    lost = [f"{P}host {name} does not answer either ({why}): it was lost too, and its processes "
+            "could not be stopped from here" for name, why in also_lost.items()]
+    return failure_lines(result) + lost + used + [exit_line(result)]
 
 
 def exit_line(result: Result) -> str:

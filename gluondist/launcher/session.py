@@ -185,7 +185,7 @@ def _run(job, options, backend, transport, hosts_now, grower, ports, cores, base
             show(f"gluondist: the scheduler's port {port} was taken; retrying on another", True)
             continue
         if step is Step.FINISH:
-            for line in final_lines(result):
+            for line in final_lines(result, _also_lost(result.last, backend, options)):
                 show(line, True)
             return result
         if step is Step.RESTART:
@@ -211,6 +211,16 @@ def _restart_line(job: LaunchOptions, step: "Step", attempt: Attempt, was: int, 
     f = attempt.failure
     why = f"host {f.host} lost" if f.lost else f"{f.label or 'the job'} failed"
     return f"gluondist: {why}; {count} with {now} workers (was {was})"
+
+
+def _also_lost(attempt: Attempt, backend: Backend, options: LaunchOptions) -> Dict[str, str]:
+    """When a lost host ended the job: the attempt's other hosts that no longer answer either
+    (their processes were only "stopped" from here; a rack failure is more than one host)."""
+    if attempt.failure is None or not attempt.failure.lost or attempt.plan is None:
+        return {}
+    named = _lost_hosts(attempt)
+    others = [h for h in dict.fromkeys(s.host for s in attempt.plan.specs) if h not in named]
+    return backend.unreachable(others, options) if others else {}
 
 
 def _lost_hosts(attempt: Attempt) -> set:

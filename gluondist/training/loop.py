@@ -70,8 +70,8 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
     ``loss_weights``, ``metrics={output: names}``. ``(X, y, sample_weight)`` and
     ``class_weight={label: weight}`` weight each sample's loss. ``parallel='pipeline'`` splits
     a ``Sequential`` into one stage per device of ``ctx`` (at ``stages``, else balanced by
-    parameter count), each batch in ``micro_batches`` parts: see docs/pipeline.md. Inputs, labels and weights are
-    cast to float32 (the net must be float32); ``optimizer_params`` and an optimizer instance
+    parameter count), each batch in ``micro_batches`` parts: see docs/pipeline.md. Inputs,
+    labels and weights are cast to float32 (the net must be float32); ``optimizer_params`` and an optimizer instance
     are copied, never changed. Every argument, its default and meaning: the table in
     docs/fit.md, from :class:`~gluondist.training.arguments.FitArgs`.
 

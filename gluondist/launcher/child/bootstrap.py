@@ -83,7 +83,8 @@ def _run_exitfuncs() -> None:
 
 def _finish(code: int = 0) -> None:
     """Leave after the script finished (returned, ``sys.exit(0)``, or ``sys.exit(elastic.EXIT)``
-    after every worker stopped at one epoch end to resize) as ``python SCRIPT.py`` would, in the order of ``Py_FinalizeEx``, but never through interpreter shutdown.
+    after every worker stopped at one epoch end to resize) as ``python SCRIPT.py`` would, in
+    the order of ``Py_FinalizeEx``, but never through interpreter shutdown.
 
     Why (issue 28, point 7): MXNet passes its exit barrier and calls ``ps::Finalize``, which stops
     and joins ps-lite's ZMQVan threads, only in the distributed kvstore's destructor, run when the

@@ -115,6 +115,11 @@ class Backend:
         """Raise LaunchError naming the first host that cannot run the job (nothing to check
         by default)."""
 
+    def unreachable(self, names, options: "LaunchOptions") -> Dict[str, str]:
+        """Of the hosts ``names``, those that do not answer now, each with why in a few words
+        (none by default: a backend on this machine has no hosts to lose)."""
+        return {}
+
     def reachable(self, hosts: Tuple, server_hosts: Tuple, options: "LaunchOptions",
                   attempt: int, show: Show) -> Tuple[Tuple, Tuple]:
         """Before a restart: the hosts and server hosts that can take attempt ``attempt`` (each

@@ -261,6 +261,11 @@ class Ssh(Backend):
         return SshTransport(options.python, env, os.getcwd(), options.ssh_config,
                             Link(options.link_timeout))
 
+    def unreachable(self, names, options) -> Dict[str, str]:
+        problems = check_hosts(list(names), options.python, options.ssh_config,
+                               link=Link(options.link_timeout))
+        return {name: str(p) for name, p in problems.items() if p.unreachable}
+
     def reachable(self, hosts: Tuple, server_hosts: Tuple, options, attempt: int,
                   show: Show) -> Tuple[Tuple, Tuple]:
         names = list(dict.fromkeys(h.name for h in (*hosts, *server_hosts)))
