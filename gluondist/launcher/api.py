@@ -10,14 +10,16 @@ from .options import LaunchOptions
 from .session import launch_job, terminal
 
 
-def launch(command: Union[str, Sequence[str]], *args: str, num_workers: int = 1,
+def launch(command: Union[str, Sequence[str]], *args: str,
+           num_workers: Union[int, Tuple[int, int]] = 1,
            num_servers: int = 1, kvstore: str = "dist_sync", log_dir: Optional[str] = None,
            env: Optional[Dict[str, str]] = None, start_timeout: float = 300.0,
            threads: Optional[int] = None, max_restarts: int = 0,
            stall_timeout: Optional[float] = None, launcher: str = "local",
            hosts: Union[str, Tuple] = (), echo: bool = True, **more) -> LaunchResult:
     """Run ``command`` (a ``.py`` script, or a command as a list) with ``args`` as a job of
-    ``num_workers`` workers and ``num_servers`` servers, and wait for it. The same path as
+    ``num_workers`` workers (``(MIN, MAX)`` for an elastic job, as ``-n MIN:MAX``) and
+    ``num_servers`` servers, and wait for it. The same path as
     ``gluondist launch``: the same options (``more`` takes the rest of LaunchOptions' fields,
     such as ``gpus_per_worker``), the same console, the same reports.
 
@@ -26,7 +28,8 @@ def launch(command: Union[str, Sequence[str]], *args: str, num_workers: int = 1,
     ``outcome.Failure.exit_code``), ``failure`` (who failed first and why, its ``kind`` an
     ``outcome.Kind``, with its traceback or last lines), ``others`` (later failures),
     ``stall`` (the workers' stacks when it stalled), ``attempts`` (every start of the job, each
-    with its plan, failure and worker count), ``restarts`` (the failures restarted from) and
+    with its plan, failure, ``workers`` and why it ``ended``), ``restarts`` (the failures
+    restarted from), ``grows`` (the times an elastic job stopped to grow) and
     ``logs`` (every output line of each process,
     ps-lite's included, by label such as ``'worker 0'``; a restarted job's lines follow the
     failed attempt's). ``echo`` shows what the CLI shows: output lines prefixed with the
