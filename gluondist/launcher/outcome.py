@@ -162,8 +162,9 @@ class LaunchResult:
     Each :class:`Attempt` has its ``plan`` (every process and where it ran), ``workers``, its
     ``failure`` (a :class:`Failure`: ``kind``, a :class:`Kind`; ``label``, the process, or ""
     for the job as a whole; ``host``, ``reason``, ``traceback`` or ``tail``), ``others``
-    (later failures), ``stall``, ``stopped`` and ``exit_code``; the properties below read
-    the last attempt's."""
+    (later failures), ``stall``, ``stopped``, ``exit_code``, ``resized`` (an elastic job's
+    workers stopped at an epoch end to grow) and ``ended`` (why, in a few words); the
+    properties below read the last attempt's."""
 
     attempts: Tuple[Attempt, ...]
     logs: Dict[str, List[str]] = field(default_factory=dict)
