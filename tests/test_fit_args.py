@@ -41,6 +41,8 @@ BAD = {
     "accumulate": (0, r"^accumulate must be a positive integer, not 0$"),
     "loss_weights": ([1.0, "half"], r"^loss_weights must be numbers, one per output"),
     "class_weight": ({1: 1.0}, r"^class_weight must be a dict from every class index 0..K-1"),
+    "compression": ("3bit", r"^compression must be None, 'fp16', '2bit' or \{'type': '2bit', "
+                            r"'threshold': T\}, not '3bit'$"),
 }
 
 

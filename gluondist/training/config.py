@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import kvstore as kvs, parallel
 from .._mx import mx
+from ..kv import compression
 from ..kv.kinds import Mode
 from .arguments import CLIP_KEY, DEFAULT_BATCH_SIZE, FitArgs
 from .callbacks import Callback, Checkpointer
@@ -49,6 +50,7 @@ def prepare(args: FitArgs) -> FitConfig:
                          "of the net on its own part of the batch (the copies drift apart); "
                          "use kvstore='auto' or 'device', or one device")
     mode = kvs.resolve_mode(args.kvstore, len(ctxs))
+    compression.check_mode(compression.parse(args.compression), mode)
     workers = kvs.num_workers() if mode is not None and mode.distributed else 1
     train, val, batch_size, val_batch = _sources(args, workers)
     optimizer, opt_params, clip = own_optimizer(args.optimizer, args.optimizer_params)

@@ -39,7 +39,8 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
         progress: Optional[bool] = None, seed: Optional[int] = None,
         terminate_on_nan: bool = True, accumulate: int = 1,
         loss_weights: Optional[Sequence[float]] = None,
-        class_weight: Optional[Dict[int, float]] = None) -> History:
+        class_weight: Optional[Dict[int, float]] = None,
+        compression: Union[None, str, dict] = None) -> History:
     """Train ``net`` and return a :class:`~gluondist.training.callbacks.History`.
 
     ``train_data``/``val_data``: an ``(X, y)`` tuple of numpy arrays or NDArrays, a
@@ -63,7 +64,8 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
     ``accumulate=k``: one update every k batches with the sum of their gradients (as a batch
     k times larger). Several inputs or outputs: ``((X1, X2), (y1, y2))``, ``loss=[l1, l2]``,
     ``loss_weights``, ``metrics={output: names}``. ``(X, y, sample_weight)`` and
-    ``class_weight={label: weight}`` weight each sample's loss. Inputs, labels and weights are
+    ``class_weight={label: weight}`` weight each sample's loss. ``compression``: gradients
+    sent as float16 (``'fp16'``) or MXNet's 2-bit in a ``dist_sync`` job (docs/fit.md). Inputs, labels and weights are
     cast to float32 (the net must be float32); ``optimizer_params`` and an optimizer instance
     are copied, never changed. Every argument, its default and meaning: the table in
     docs/fit.md, from :class:`~gluondist.training.arguments.FitArgs`.

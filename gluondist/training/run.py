@@ -80,7 +80,8 @@ def start(cfg: FitConfig) -> LoopState:
         seed = _job_seed() if distributed else random.SystemRandom().randrange(SEEDS)
     start = ckpt.epoch + 1 if ckpt is not None else 0
     trainer = kvs.make_trainer(args.net.collect_params(), cfg.optimizer, cfg.opt_params or None,
-                               kv, len(ctxs), cfg.batch_size * args.accumulate)
+                               kv, len(ctxs), cfg.batch_size * args.accumulate,
+                               compression=args.compression)
     step = kvs.TrainStep(trainer, kv, ctxs, cfg.batch_size, cfg.clip, args.accumulate)
     if step.agree:
         _agree(cfg, start)
