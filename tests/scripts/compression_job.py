@@ -8,7 +8,7 @@ In this order, because MXNet's 2-bit is the process's kvstore's for good:
    reference without compression -> ``plain.ref``;
 2. fp16: fit of a net with a 300 KB layer sent whole and in 75 chunks of 4 KiB
    (``fp16.<chunk>.<name>``), and fit resumed after epoch 1 of 2 beside the same fit uninterrupted
-   (``fp16.resumed.<name>``, ``fp16.straight.<name>``);
+   (``fp16.resumed.<name>``, ``fp16.straight.<name>``); a gradient past float16's range;
 3. 2bit (THRESHOLD): the reference as in 1, with each worker's residual, thresholding and
    decoding as MXNet's -> ``2bit.ref``/``2bit.job``; allreduce of float64 values through it;
    the fits whole and chunked; a trainer without compression, refused (its message).
@@ -119,6 +119,23 @@ big_fit("fp16.cut", "fp16", "4096", epochs=1, checkpoint_dir=ckpt)
 big_fit("fp16.resumed", "fp16", "4096", epochs=2, checkpoint_dir=ckpt)
 big_fit("fp16.straight", "fp16", "4096", epochs=2)
 
+
+def overflow():
+    """A gradient element of 1e5 (> 65504) on each worker: the step refuses, it does not update."""
+    net = linear()
+    trainer = kvstore.make_trainer(net.collect_params(), "sgd", {"learning_rate": LR},
+                                   compression="fp16")
+    step = kvstore.TrainStep(trainer, trainer._kvstore, [mx.cpu()], B)
+    gradient(net, *batches(0)[kvstore.rank()])
+    net.weight.grad()[0, 0] = 1e5
+    try:
+        step(B * WORKERS)
+    except FloatingPointError as exc:
+        notes["overflow"] = str(exc)
+    notes["untouched"] = float(net.weight.data()[0, 0].asscalar())
+
+
+overflow()
 against_reference("2bit", {"type": "2bit", "threshold": threshold})
 notes["allreduce"] = kvstore.allreduce([1 + 2 ** -40, kvstore.rank() + 0.25, -3e300]).tolist()
 for chunk in ("0", "4096"):
