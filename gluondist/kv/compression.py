@@ -100,7 +100,8 @@ def check_finite(maxima: List, workers: int) -> None:
     if not maxima:
         return
     import mxnet as mx
-    top = float(mx.nd.max(mx.nd.concat(*[m.reshape((1,)) for m in maxima], dim=0)).asscalar())
+    top = float(mx.nd.max(mx.nd.concat(*[m.reshape((1,)).astype("float32") for m in maxima],
+                                       dim=0)).asscalar())
     if not np.isfinite(top):
         raise FloatingPointError(
             f"compression='fp16' overflowed: a gradient element (a sum over a worker's batch) "
@@ -135,7 +136,7 @@ class HalfWire:
     def __init__(self, kv, workers: int):
         self.kv, self.workers = kv, workers
         self.buffers: dict = {}  # float16 key -> its buffer
-        self.maxima: List = []  # each pulled sum's sum of magnitudes, until check() reads them
+        self.maxima: List = []  # each pulled sum's largest magnitude, until check() reads them
 
     def init(self, keys: List[int], sizes: List[int]) -> None:
         """Register the float16 keys (every worker together, as kv.init)."""
@@ -157,10 +158,12 @@ class HalfWire:
         # one call: the pull of one key overlaps the push of the next
         self.kv.pushpull(list(keys), sent, out=sent)
         for buf, out in zip(sent, outs):
-            whole = mx.nd.Cast(buf, dtype="float32") * self.workers
-            self.maxima.append(mx.nd.sum(mx.nd.abs(whole)))  # inf or NaN after an overflow
+            # an overflow left an infinity in the float16 sum (max of magnitudes: exact there)
+            self.maxima.append(mx.nd.max(mx.nd.abs(buf)))
             for target in out if isinstance(out, (list, tuple)) else [out]:
-                target[:] = whole.reshape(target.shape).as_in_context(target.context)
+                mx.nd.Cast(buf.as_in_context(target.context).reshape(target.shape),
+                           dtype="float32", out=target)
+                target *= self.workers
 
     def check(self) -> None:
         maxima, self.maxima = self.maxima, []
