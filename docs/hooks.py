@@ -19,6 +19,7 @@ log = logging.getLogger("mkdocs.plugins.gluondist")
 CLI_MARK = "<!-- gluondist --help -->"
 ENV_MARK = "<!-- gluondist launch environment -->"
 BENCH_MARK = re.compile(r"<!-- bench table: (\S+\.json) -->")
+ACCURACY_MARK = re.compile(r"<!-- compression table: (\S+\.json) -->")
 # Options of other programs that pages show alone (not after their command), and the file
 # that defines each: checked there instead.
 FOREIGN = {"--ctx": "examples/digits.py", "--repeats": "benchmarks/launcher_overhead.py",
@@ -101,6 +102,21 @@ def bench_table(path: str) -> str:
         out.append(f"| {r['servers']} | {r['layout']} | {r['step_s']:.3f} | "
                    f"{r['predicted_step_s']:.3f} | {error:+.0%} | "
                    f"{r['link_efficiency']:.0%} | {'' if whole is None else f'{whole:.3f}'} |")
+    return "\n".join(out) + "\n"
+
+
+def compression_table(path: str) -> str:
+    """A saved benchmarks/compression_accuracy.py result as the Measured page's table (the
+    plot is drawn from the same file): each model's last epoch per compression."""
+    import json
+    runs = json.loads((ROOT / path).read_text())["runs"]
+    out = ["| model | compression | val accuracy | val loss | samples/s |",
+           "| --- | --- | --- | --- | --- |"]
+    for name in runs[0]["models"]:
+        for run in runs:
+            h = run["models"][name]
+            out.append(f"| {name} | {run['compression']} | {h['val_accuracy'][-1]:.4f} | "
+                       f"{h['val_loss'][-1]:.4f} | {h['samples_per_s'][-1]:.0f} |")
     return "\n".join(out) + "\n"
 
 
@@ -193,6 +209,7 @@ def on_page_markdown(markdown, page, config, files):
         log.warning(f"{page.file.src_uri}: {problem}")
     # generated from the code, so checked by it
     markdown = BENCH_MARK.sub(lambda m: bench_table(m.group(1)), markdown)
+    markdown = ACCURACY_MARK.sub(lambda m: compression_table(m.group(1)), markdown)
     return markdown.replace(CLI_MARK, cli_help()).replace(ENV_MARK, env_table())
 
 

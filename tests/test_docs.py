@@ -131,13 +131,17 @@ def test_the_plots_are_drawn_by_the_command(tmp_path):
     spec.loader.exec_module(plots)
     plots.main(["--out", str(tmp_path)])  # from benchmarks/results/, and docs/index.md's fit
     drawn = sorted(p.name for p in tmp_path.iterdir())
-    assert drawn == ["fit_vs_hand.png", "kvstore.png", "learning_curve.png"]
+    assert drawn == ["compression_accuracy.png", "fit_vs_hand.png", "kvstore.png",
+                     "learning_curve.png"]
     measured = (ROOT / "docs" / "measured.md").read_text()
     assert sorted(re.findall(r"\]\(img/(\w+\.png)\)", measured)) == drawn
     assert all((ROOT / "docs" / "img" / name).is_file() for name in drawn)
     # one run per page: the table is generated from the result the kvstore plot is drawn from
     assert hooks().BENCH_MARK.findall(measured) == ["benchmarks/results/kvstore_w2.json"]
     assert '"kvstore_w2.json"' in (ROOT / "benchmarks" / "plots.py").read_text()
+    assert hooks().ACCURACY_MARK.findall(measured) == [
+        "benchmarks/results/compression_accuracy.json"]
+    assert '"compression_accuracy.json"' in (ROOT / "benchmarks" / "plots.py").read_text()
 
 
 def test_launch_help_shows_each_options_environment_variable():
