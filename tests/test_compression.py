@@ -93,6 +93,7 @@ def test_each_compression_in_a_two_worker_job(launch, tmp_path):
     assert not np.array_equal(found["2bit.0.0.weight"], found["fp16.0.0.weight"])
     assert notes["overflow"].startswith("compression='fp16' overflowed: a gradient element")
     assert notes["untouched"] == np.float32(0.1)  # refused before the update
+    assert notes["differ"].startswith("workers gave different compression=; every worker")
     # allreduce stays exact under 2-bit (fit's metrics and checks use it)
     assert notes["allreduce"] == [(1 + 2 ** -40) * 2, 0.25 + 1.25, -6e300]
     assert notes["refused"].startswith("this process's kvstore compresses every push with 2bit "

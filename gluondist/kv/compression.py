@@ -39,6 +39,11 @@ class Compression:
     kind: str
     threshold: Optional[float] = None  # 2bit's
 
+    @property
+    def code(self) -> float:
+        """One number per setting, for the workers' check that they agree (None: 0)."""
+        return 1.0 if self.kind == "fp16" else 2.0 + self.threshold
+
     def mxnet_params(self) -> dict:
         """What ``kv.set_gradient_compression`` takes (2bit)."""
         return {"type": "2bit", "threshold": self.threshold}

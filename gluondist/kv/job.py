@@ -200,9 +200,10 @@ class Job:
         table[self.rank() if self.kv is not None else 0] = values
         return self.allreduce(table.ravel()).reshape(workers, len(values))
 
-    def reserve_keys(self, kv, count: int, agree: bool) -> int:
+    def reserve_keys(self, kv, count: int, agree: bool, compression: float = 0.0) -> int:
         """Keys ``offset .. offset+count-1`` for a new trainer on the distributed kvstore
-        ``kv``; with ``agree``, every worker must reserve the same keys (checked)."""
+        ``kv``; with ``agree``, every worker must reserve the same keys for the same
+        ``compression`` (a number per setting, see Compression.code): checked."""
         offset = self.next_key
         self.next_key += count
         if self.next_key > MAX_KEY:
@@ -212,12 +213,13 @@ class Job:
                                "(GLUONDIST_CHUNK_BYTES), or train in a new process when earlier "
                                "trainers hold the keys")
         if agree:  # a worker whose trainers differ would push to keys nobody else pulls: hang
-            total, squares = self.allreduce([offset, offset * offset])
-            if kv.num_workers * squares != total * total:
-                raise RuntimeError("workers made different sequences of trainers (fit calls); "
-                                   "every worker of a job must run the same training calls in "
-                                   "order")
+            rows = self.allgather([offset, count, compression])
+            if (rows != rows[0]).any():
+                self.next_key = int((rows[:, 0] + rows[:, 1]).max())  # the same everywhere
+                what = "gave different compression=" if (rows[:, 2] != rows[0, 2]).any() \
+                    else "made different sequences of trainers (fit calls)"
+                raise RuntimeError(f"workers {what}; every worker of a job must run the same "
+                                   "training calls in order, with the same settings")
         return offset
-
 
 JOB = Job()  # this process's

@@ -67,7 +67,8 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
         half = compression is not None and compression.kind == "fp16"
         # fp16 gradients travel on float16 keys of their own, after the float32 ones that
         # broadcast the initial parameters
-        offset = JOB.reserve_keys(kv, count * (2 if half else 1), not update_on_kvstore)
+        offset = JOB.reserve_keys(kv, count * (2 if half else 1), not update_on_kvstore,
+                                  compression.code if compression is not None else 0.0)
         JOB.compress(kv, compression)  # 2bit: before this trainer's keys are made
         kv = _KeyedStore(kv, offset, chunks, cmp.HalfWire(kv, kv.num_workers) if half else None)
     if isinstance(optimizer, mx.optimizer.Optimizer) and optimizer_params:

@@ -9,6 +9,7 @@ In this order, because MXNet's 2-bit is the process's kvstore's for good:
 2. fp16: fit of a net with a 300 KB layer sent whole and in 75 chunks of 4 KiB
    (``fp16.<chunk>.<name>``), and fit resumed after epoch 1 of 2 beside the same fit uninterrupted
    (``fp16.resumed.<name>``, ``fp16.straight.<name>``); a gradient past float16's range;
+   workers that ask for different compressions;
 3. 2bit (THRESHOLD): the reference as in 1, with each worker's residual, thresholding and
    decoding as MXNet's -> ``2bit.ref``/``2bit.job``; allreduce of float64 values through it;
    the fits whole and chunked; a trainer without compression, refused (its message).
@@ -136,6 +137,11 @@ def overflow():
 
 
 overflow()
+try:  # worker 0 asks for fp16, worker 1 for none: refused on both, before any key is made
+    kvstore.make_trainer(linear().collect_params(), "sgd", {"learning_rate": LR},
+                         compression="fp16" if kvstore.rank() == 0 else None)
+except RuntimeError as exc:
+    notes["differ"] = str(exc)
 against_reference("2bit", {"type": "2bit", "threshold": threshold})
 notes["allreduce"] = kvstore.allreduce([1 + 2 ** -40, kvstore.rank() + 0.25, -3e300]).tolist()
 for chunk in ("0", "4096"):
