@@ -5,10 +5,11 @@ means, its checks, and the exact allreduce that still works once MXNet's 2-bit i
 it on a float16 key of its own; the servers sum the W halves *in float16* (MXNet's server adds
 two float16 arrays through float32 and rounds the result to float16 once per addition) and the
 workers pull the float16 sum, cast it back and multiply by W. Parameters, optimizer state and
-the initial broadcast stay float32. The 1/W scale bounds the sum by the largest worker's
-gradient, so the sum cannot overflow where the casts did not: any element with
-``|gradient| > 65504`` on a worker (Gluon's gradients are sums over the worker's batch) makes an
-infinity, which the step after the pull refuses in one line (:func:`check_finite`). MXNet's
+the initial broadcast stay float32. The 1/W scale keeps the sum, and every partial sum on the
+servers, within the largest worker's gradient element: nothing overflows while every worker's
+gradient elements (Gluon's are sums over the worker's batch) stay within 65504, float16's
+largest. Beyond that an element may overflow (beyond 65504 x W it does, in the cast), and the
+infinity it makes is refused in one line by the step after the pull (:func:`check_finite`). MXNet's
 servers can sum float16 pushes in float32 (``kSetMultiPrecision``), but that mode converts every
 key that is not float32 to a float32 copy, gluondist's float64 allreduce keys included: a sum of
 ``1 + 2**-40`` over two workers came back as 2.0. So the sum stays float16.
@@ -109,8 +110,8 @@ def check_finite(sums: List, workers: int) -> None:
     if not np.isfinite(top):
         raise FloatingPointError(
             f"compression='fp16' overflowed: a gradient element (a sum over a worker's batch) "
-            f"passed {FP16_MAX:g} x {workers} worker(s), float16's range after the 1/W scale; "
-            "use a smaller batch_size or loss scale, or compression=None")
+            f"went past float16's range (safe up to {FP16_MAX:g} on every one of the {workers} "
+            "workers); use a smaller batch_size or loss scale, or compression=None")
 
 
 def encode_bits(values: np.ndarray, rank: int, workers: int, threshold: float) -> np.ndarray:
