@@ -42,10 +42,8 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     next: one big array then takes about as long as the same bytes in many small ones. The
     chunks are views of the gradient, and the result is bit-equal to sending it whole.
 
-    ``compression`` (dist_sync only): None, ``"fp16"``, or ``"2bit"`` /
-    ``{"type": "2bit", "threshold": t}``; :mod:`gluondist.kv.compression` says what each sends
-    and where the sum is taken. Each chunk is compressed alone (2-bit: its own residual): the
-    same result as whole."""
+    ``compression`` (dist_sync): None, ``"fp16"``, ``"2bit"`` or ``{"type": "2bit",
+    "threshold": t}`` (see :mod:`gluondist.kv.compression`); chunks are compressed alone."""
     compression = cmp.parse(compression)
     if chunk_bytes is None:
         chunk_bytes = chunk_bytes_from_env()
@@ -65,8 +63,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
         chunks = [parameter_chunks(p, 0 if update_on_kvstore else chunk_bytes) for p in params]
         count = sum(map(len, chunks))
         half = compression is not None and compression.kind == "fp16"
-        # fp16 gradients travel on float16 keys of their own, after the float32 ones that
-        # broadcast the initial parameters
+        # fp16: float16 gradient keys after the float32 ones that broadcast the parameters
         offset = JOB.reserve_keys(kv, count * (2 if half else 1), not update_on_kvstore,
                                   compression.code if compression is not None else 0.0)
         JOB.compress(kv, compression)  # 2bit: before this trainer's keys are made
