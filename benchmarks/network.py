@@ -13,6 +13,9 @@
 3. fit's samples/s across 2 hosts for a model dominated by one 8 MiB layer
    (benchmarks/big_layer.py), chunked (the default) against GLUONDIST_CHUNK_BYTES=0,
    alternated in one run, --repeats pairs: the median ratio.
+4. (--only compression) The bench with --compression none,fp16,2bit, 2 workers, 1 server on
+   the workers' hosts; then fit's samples/s for that model with compression=None, 'fp16' and
+   '2bit', alternated in one run, --repeats rounds: the median ratio of each to None's.
 """
 import argparse
 import os
@@ -59,17 +62,42 @@ def bench(cluster, hosts, mbytes):
     return out.stdout
 
 
-def fit_samples(cluster, hosts, chunk, workdir):
+def fit_samples(cluster, hosts, chunk, workdir, compression="none"):
     a, b = hosts[:2]
     env = [] if chunk is None else ["--env", f"GLUONDIST_CHUNK_BYTES={chunk}"]
     out = subprocess.run(
         [*GLUONDIST, "launch", "--launcher", "ssh", "--ssh-config", cluster.ssh_config,
          "-H", f"{a}:1,{b}:1", "-n", "2", "-s", "1", *env, os.path.join(HERE, "big_layer.py"),
-         "3"], capture_output=True, text=True, timeout=1200, cwd=workdir)
+         "3", compression], capture_output=True, text=True, timeout=1200, cwd=workdir)
     if out.returncode != 0:
         raise SystemExit(out.stderr)
     return float(next(line.split()[-1] for line in out.stdout.splitlines()
                       if "big-layer-samples-per-s" in line))
+
+
+def compression(cluster, hosts, args, workdir):
+    a, b = hosts[:2]
+    out = subprocess.run(
+        [*GLUONDIST, "bench", "kvstore", "--launcher", "ssh", "--ssh-config",
+         cluster.ssh_config, "-H", f"{a}:1,{b}:1", "-n", "2", "--servers", "1", "--mbytes",
+         str(args.mbytes), "--keys", "1", "--steps", "8", "--compression", "none,fp16,2bit",
+         "--json"], capture_output=True, text=True, timeout=1200)
+    print(out.stdout if out.returncode == 0 else out.stderr, flush=True)
+    if args.json and out.returncode == 0:
+        with open(args.json, "w") as f:
+            f.write(out.stdout.strip().splitlines()[-1] + "\n")
+    kinds = ["none", "fp16", "2bit"]
+    ratios = {k: [] for k in kinds[1:]}
+    for rep in range(args.repeats):
+        order = kinds if rep % 2 == 0 else kinds[::-1]
+        figures = {k: fit_samples(cluster, hosts, None, workdir, k) for k in order}
+        for k in kinds[1:]:
+            ratios[k].append(figures[k] / figures["none"])
+        print(f"round {rep}: fit samples/s " + ", ".join(f"{k} {figures[k]:.1f}" for k in kinds),
+              flush=True)
+    for k in kinds[1:]:
+        print(f"median {k}/none samples/s over {args.repeats} rounds: "
+              f"{statistics.median(ratios[k]):.2f}", flush=True)
 
 
 def main():
@@ -77,7 +105,8 @@ def main():
     parser.add_argument("--rate", default="200mbit")
     parser.add_argument("--mbytes", type=float, default=8)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--only", choices=("tcp", "bench", "fit"), help="run one part")
+    parser.add_argument("--only", choices=("tcp", "bench", "fit", "compression"),
+                        help="run one part (compression: only when named)")
     parser.add_argument("--json", metavar="FILE", help="write the bench's JSON line to FILE")
     args = parser.parse_args()
     reason = netns.unavailable()
@@ -96,6 +125,8 @@ def main():
             if args.json:
                 with open(args.json, "w") as f:
                     f.write(table.strip().splitlines()[-1] + "\n")
+        if args.only == "compression":
+            return compression(cluster, hosts, args, tmp)
         if args.only not in (None, "fit"):
             return
         ratios = []

@@ -10,6 +10,12 @@ Reads (each written by the command in parentheses, run from benchmarks/):
 and writes fit_vs_hand.png (each pair's fit/hand ratio, arrays and DataLoader), kvstore.png
 (the bench table: step time against servers per layout, with the cost model's line),
 workers.png (throughput against workers, per layout, with the cost model's line) and
+  compression_accuracy.json  (python compression_accuracy.py --json
+                              results/compression_accuracy.json)
+and writes fit_vs_hand.png (each pair's fit/hand ratio, arrays and DataLoader), kvstore.png
+(the bench table: step time against servers per layout, with the cost model's line),
+compression_accuracy.png (validation accuracy per epoch, a line per compression, a panel per
+model) and
 learning_curve.png (History.plot of the first fit on docs/index.md, its block run as it is).
 """
 import argparse
@@ -89,6 +95,26 @@ def workers(results, path):
     fig.savefig(path)
 
 
+def compression_accuracy(results, path):
+    from matplotlib.figure import Figure
+    with open(os.path.join(results, "compression_accuracy.json")) as f:
+        saved = json.load(f)
+    names = list(saved["runs"][0]["models"])
+    fig = Figure(figsize=(9, 3.8))
+    axes = fig.subplots(1, len(names), sharey=True)
+    for ax, name in zip(axes, names):
+        for run in saved["runs"]:
+            acc = run["models"][name]["val_accuracy"]
+            ax.plot(range(1, len(acc) + 1), acc, marker=".",
+                    label=f"{run['compression']} (final {acc[-1]:.3f})")
+        ax.set_title(f"{name}, 2 workers")
+        ax.set_xlabel("epoch")
+        ax.legend(loc="best")
+    axes[0].set_ylabel("validation accuracy")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
 def learning_curve(path):
     """History.plot of the first fit on Getting started: that page's block, run as it is in a
     scratch directory (it writes ckpt/ and curves.png there)."""
@@ -116,6 +142,7 @@ def main(argv=None):
     fit_vs_hand(args.results, os.path.join(args.out, "fit_vs_hand.png"))
     kvstore(args.results, os.path.join(args.out, "kvstore.png"))
     workers(args.results, os.path.join(args.out, "workers.png"))
+    compression_accuracy(args.results, os.path.join(args.out, "compression_accuracy.png"))
     learning_curve(os.path.join(args.out, "learning_curve.png"))
 
 

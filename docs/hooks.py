@@ -21,6 +21,7 @@ CLI_MARK = "<!-- gluondist --help -->"
 ENV_MARK = "<!-- gluondist launch environment -->"
 BENCH_MARK = re.compile(r"<!-- bench table: (\S+\.json) -->")
 WORKERS_MARK = re.compile(r"<!-- workers table: (\S+\.json) -->")
+ACCURACY_MARK = re.compile(r"<!-- compression table: (\S+\.json) -->")
 # Options of other programs that pages show alone (not after their command), and the file
 # that defines each: checked there instead.
 FOREIGN = {"--ctx": "examples/digits.py", "--repeats": "benchmarks/launcher_overhead.py",
@@ -123,6 +124,21 @@ def workers_table(path: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def compression_table(path: str) -> str:
+    """A saved benchmarks/compression_accuracy.py result as the Measured page's table (the
+    plot is drawn from the same file): each model's last epoch per compression."""
+    import json
+    runs = json.loads((ROOT / path).read_text())["runs"]
+    out = ["| model | compression | val accuracy | val loss | samples/s |",
+           "| --- | --- | --- | --- | --- |"]
+    for name in runs[0]["models"]:
+        for run in runs:
+            h = run["models"][name]
+            out.append(f"| {name} | {run['compression']} | {h['val_accuracy'][-1]:.4f} | "
+                       f"{h['val_loss'][-1]:.4f} | {h['samples_per_s'][-1]:.0f} |")
+    return "\n".join(out) + "\n"
+
+
 class Checker:
     def __init__(self):
         self.commands = _commands()
@@ -213,6 +229,7 @@ def on_page_markdown(markdown, page, config, files):
     # generated from the code, so checked by it
     markdown = BENCH_MARK.sub(lambda m: bench_table(m.group(1)), markdown)
     markdown = WORKERS_MARK.sub(lambda m: workers_table(m.group(1)), markdown)
+    markdown = ACCURACY_MARK.sub(lambda m: compression_table(m.group(1)), markdown)
     return markdown.replace(CLI_MARK, cli_help()).replace(ENV_MARK, env_table())
 
 

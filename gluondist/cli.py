@@ -146,6 +146,16 @@ def _server_counts(ctx, param, value):
     return counts
 
 
+def _compressions(ctx, param, value: str):
+    from .bench.model import WIRE
+    names = [v.strip() for v in value.split(",")]
+    unknown = [n for n in names if n not in WIRE]
+    if unknown or len(set(names)) != len(names):
+        raise click.BadParameter(f"{value!r}: give distinct names of {', '.join(WIRE)}, such "
+                                 "as none,fp16,2bit")
+    return names
+
+
 @bench.command("kvstore")
 @launch_flags("num_workers", num_workers={"default": 2, "type": click.IntRange(min=1)})
 @click.option("--servers", callback=_server_counts, default="1,2,4", show_default=True,
@@ -167,8 +177,11 @@ def _server_counts(ctx, param, value):
                    "gluondist.kvstore.CHUNK_BYTES; 0: whole].")
 @click.option("--unchunked", is_flag=True,
               help="Also measure each row with every array sent whole.")
+@click.option("--compression", "compressions", callback=_compressions, default="none",
+              show_default=True, help="fit's compression= values to measure, comma-separated "
+                                      "(none, fp16, 2bit): a row each, and advice.")
 def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path, chunk_bytes,
-                  unchunked, **values):
+                  unchunked, compressions, **values):
     """Run a dist_sync job per server count (and layout, with --server-hosts) whose workers
     push and pull MBYTES per step the way fit does, and print the step time, the cost model's
     prediction and its error, the efficiency against the raw TCP bound and the bytes each
@@ -193,7 +206,7 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path,
         options, servers, mbytes, keys, steps,
         lambda opts, shw: launch_job(opts, shw, keep_logs=True, base_env=os.environ, stop=stop),
         show,
-        chunk, unchunked))
+        chunk, unchunked, compressions=compressions))
     if failed is not None:
         sys.exit(failed.exit_code)
     for line in format_table(table, recommended):
@@ -201,13 +214,16 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path,
     if plot_path is not None:
         from .bench.plot import plot_rows
         try:
-            plot_rows([r.as_dict() for r in table], plot_path)
+            plot_rows([r.as_dict() for r in table  # the first compression's
+                       if r.compression == table[0].compression], plot_path)
         except OSError as exc:
             raise click.ClickException(f"--plot {plot_path}: cannot write it: {exc}") from exc
     if as_json:
+        from .bench.kvstore import compression_advice
         click.echo(json.dumps({"rows": [r.as_dict() for r in table],
                                "recommended_servers": recommended.servers,
-                               "recommended_layout": recommended.layout}))
+                               "recommended_layout": recommended.layout,
+                               "compression_advice": compression_advice(table, recommended)}))
 
 
 def _check_plot_path(path: str) -> None:

@@ -186,6 +186,8 @@ def test_a_failed_bench_job_ends_the_bench_with_launchs_report_and_code():
     (["--mbytes", "nan"], "--mbytes"),
     (["-n", "0"], "--num-workers"),
     (["--plot", "/nonexistent/bench.png"], "--plot"),
+    (["--compression", "none,fp8"], "--compression"),
+    (["--compression", "fp16,fp16"], "--compression"),
 ])
 def test_bad_bench_input_is_one_line_and_exit_2(args, message):
     from conftest import run_cli
@@ -205,3 +207,27 @@ def test_every_layouts_options_are_checked_before_the_first_job(server_hosts, se
                   server_hosts, "--servers", servers)
     assert out.returncode == 2 and message in out.stderr, out.stderr
     assert "push and pull" not in out.stderr  # no job was started
+
+
+def test_compressed_rows_count_their_bytes_and_are_advised_only_where_faster():
+    # 8 keys of 1 MiB, two workers, the server on worker 0's host: the busiest link direction
+    # carries worker 1's pushes into it and its pulls out of it, plus one chunk's fill
+    sizes = bench.key_sizes(8, 8)
+
+    def table(none_s, fp16_s, twobit_s):
+        return bench.rows([bench.Measured(Layout(("a", "b"), ("a",)), s, None, 24e6, c)
+                           for c, s in (("none", none_s), ("fp16", fp16_s), ("2bit", twobit_s))],
+                          sizes, 2 ** 20)
+    rows = table(0.45, 0.30, 0.40)
+    assert [r.compression for r in rows] == ["none", "fp16", "2bit"]
+    # fp16 halves both directions; 2-bit's pushes are 1/16, its pulls whole: the busiest
+    # direction (pulls out of host a) is as long as uncompressed
+    assert [r.predicted_s for r in rows] == pytest.approx([0.45, 0.225, 0.45])
+    assert [r.worker_mb for r in rows] == pytest.approx([16, 8, 8.5])
+    best = bench.recommend(rows)
+    assert (best.compression, best.servers) == ("none", 1)  # servers chosen uncompressed
+    assert bench.compression_advice(rows, best) == \
+        "compression: 'fp16' (steps per second against none: fp16 1.50x, 2bit 1.12x)"
+    assert bench.compression_advice(table(0.45, 0.42, 0.60), best).startswith(
+        "compression: none (steps per second against none: fp16 1.07x, 2bit 0.75x;")
+    assert bench.compression_advice(table(0.45, 0.3, 0.4)[:1], best) == ""  # none measured alone

@@ -131,7 +131,8 @@ def test_the_plots_are_drawn_by_the_command(tmp_path):
     spec.loader.exec_module(plots)
     plots.main(["--out", str(tmp_path)])  # from benchmarks/results/, and docs/index.md's fit
     drawn = sorted(p.name for p in tmp_path.iterdir())
-    assert drawn == ["fit_vs_hand.png", "kvstore.png", "learning_curve.png", "workers.png"]
+    assert drawn == ["compression_accuracy.png", "fit_vs_hand.png", "kvstore.png",
+                     "learning_curve.png", "workers.png"]
     measured = (ROOT / "docs" / "measured.md").read_text()
     assert sorted(re.findall(r"\]\(img/(\w+\.png)\)", measured)) == drawn
     assert all((ROOT / "docs" / "img" / name).is_file() for name in drawn)
@@ -140,6 +141,9 @@ def test_the_plots_are_drawn_by_the_command(tmp_path):
     assert '"kvstore_w2.json"' in (ROOT / "benchmarks" / "plots.py").read_text()
     assert hooks().WORKERS_MARK.findall(measured) == ["benchmarks/results/workers.json"]
     assert '"workers.json"' in (ROOT / "benchmarks" / "plots.py").read_text()
+    assert hooks().ACCURACY_MARK.findall(measured) == [
+        "benchmarks/results/compression_accuracy.json"]
+    assert '"compression_accuracy.json"' in (ROOT / "benchmarks" / "plots.py").read_text()
 
 
 def test_every_launch_option_has_an_environment_variable_and_help_shows_it():

@@ -46,6 +46,8 @@ BAD = {
     "micro_batches": (0, r"^micro_batches must be a positive integer, not 0$"),
     "stages": ("3", r"^stages must be a list of child indices where stages begin, such as "
                     r"\[3, 6\], not '3'$"),
+    "compression": ("3bit", r"^compression must be None, 'fp16', '2bit' or \{'type': '2bit', "
+                            r"'threshold': T\}, not '3bit'$"),
 }
 
 

@@ -18,7 +18,8 @@ from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from .. import envvars as ev, wire
 from ..kv.chunks import chunk_bounds
-from .model import DEFAULT_BIGARRAY_BOUND, Layout, calibrate, key_parts, link_bytes, predict
+from .model import (DEFAULT_BIGARRAY_BOUND, WIRE, Layout, calibrate, key_parts, link_bytes,
+                    predict)
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 WITHIN = 0.10  # a recommendation is the fewest servers within this of the best step time
@@ -55,6 +56,7 @@ class Row:
     server_mb: float  # megabytes the busiest server moves per step (all workers' push + pull)
     link_bound_s: Optional[float]  # the busiest link's bytes at the probe's raw TCP rate
     unchunked_s: Optional[float] = None  # the same bytes, each array sent whole
+    compression: str = "none"  # fit's compression= the row's trainer used (WIRE's keys)
 
     @property
     def error(self) -> float:
@@ -69,7 +71,7 @@ class Row:
                 "predicted_step_s": self.predicted_s, "model_error": self.error,
                 "link_bound_s": self.link_bound_s, "link_efficiency": self.efficiency,
                 "unchunked_step_s": self.unchunked_s, "worker_mb_per_step": self.worker_mb,
-                "busiest_server_mb_per_step": self.server_mb}
+                "busiest_server_mb_per_step": self.server_mb, "compression": self.compression}
 
 
 @dataclass(frozen=True)
@@ -79,33 +81,39 @@ class Measured:
     step_s: float
     unchunked_s: Optional[float]
     tcp_bytes_per_s: Optional[float]
+    compression: str = "none"
 
 
 def rows(measured: Sequence[Measured], sizes: Sequence[int], chunk_bytes: int,
          bound: int = DEFAULT_BIGARRAY_BOUND) -> List[Row]:
     """The table: the model calibrated by the first row whose bytes cross a link (rows on one
-    host are predicted to take the first such row's time)."""
+    host are predicted to take the first such row's time); each row's bytes are those of its
+    compression (WIRE)."""
     sent = sent_sizes(sizes, chunk_bytes)
-    links = [link_bytes(m.layout, sent, bound=bound) for m in measured]
+    wires = [WIRE[m.compression] for m in measured]
+    links = [link_bytes(m.layout, sent, pull, bound, push) for m, (push, pull) in
+             zip(measured, wires)]
     crossing = [i for i, lk in enumerate(links) if lk.busiest() > 0]
     rate = calibrate(links[crossing[0]], measured[crossing[0]].step_s) if crossing else 0.0
     local = [m.step_s for m, lk in zip(measured, links) if lk.busiest() == 0]
     tcp = next((m.tcp_bytes_per_s for m in measured if m.tcp_bytes_per_s), None)
-    mb = 4 * sum(sizes) / 2 ** 20
     table = []
-    for m, lk in zip(measured, links):
+    for m, lk, wire_bytes in zip(measured, links, wires):
         servers = len(m.layout.servers)
         kind = m.layout.kind if lk.busiest() > 0 else "one host"
+        mb = sum(wire_bytes) * sum(sizes) / 2 ** 20  # push + pull
         table.append(Row(servers, kind, m.step_s, predict(lk, rate, local[0] if local else 0.0),
-                         2 * mb, 2 * mb * len(m.layout.workers) * busiest_share(sent, servers,
-                                                                                bound),
-                         lk.bound() / tcp if tcp and lk.busiest() > 0 else None, m.unchunked_s))
+                         mb, mb * len(m.layout.workers) * busiest_share(sent, servers, bound),
+                         lk.bound() / tcp if tcp and lk.busiest() > 0 else None, m.unchunked_s,
+                         m.compression))
     return table
 
 
 def recommend(table: Sequence[Row], within: float = WITHIN) -> Row:
     """The row with the fewest servers within ``within`` of the best step time, servers on
-    the workers' hosts preferred (they need no more hosts)."""
+    the workers' hosts preferred (they need no more hosts), among the rows of the first
+    compression measured."""
+    table = [r for r in table if r.compression == table[0].compression]
     best = min(r.step_s for r in table)
     good = [r for r in table if r.step_s <= best * (1 + within)]
     return min(good, key=lambda r: (r.servers, r.layout == "dedicated"))
@@ -116,6 +124,24 @@ def advice(row: Row) -> str:
              "colocated": " on the workers' hosts", "mixed": " (as placed)"}.get(row.layout, "")
     return (f"recommended: -s {row.servers}{where} (the fewest servers within "
             f"{WITHIN:.0%} of the best step time)")
+
+
+def compression_advice(table: Sequence[Row], chosen: Row, within: float = WITHIN) -> str:
+    """Compress only where it is faster: the fastest compression at the recommended servers and
+    layout, if it takes less than ``1 - within`` of the uncompressed step (else none)."""
+    here = {r.compression: r for r in table
+            if (r.servers, r.layout) == (chosen.servers, chosen.layout)}
+    if len(here) < 2 or "none" not in here:
+        return ""
+    base = here["none"]
+    ratios = ", ".join(f"{c} {base.step_s / r.step_s:.2f}x" for c, r in here.items()
+                       if c != "none")
+    fastest = min(here.values(), key=lambda r: r.step_s)
+    if fastest.compression != "none" and fastest.step_s < base.step_s * (1 - within):
+        return (f"compression: {fastest.compression!r} (steps per second against none: "
+                f"{ratios})")
+    return (f"compression: none (steps per second against none: {ratios}; none is faster, "
+            f"or within {within:.0%})")
 
 
 def parse(lines: Sequence[str]) -> Optional[dict]:
@@ -130,14 +156,16 @@ def parse(lines: Sequence[str]) -> Optional[dict]:
 def format_table(table: Sequence[Row], recommended: Row) -> List[str]:
     def opt(value, fmt):
         return format(value, fmt) if value is not None else "-"
-    out = [f"{'servers':>7} {'layout':>9} {'step s':>8} {'model s':>8} {'error':>6} "
+    out = [f"{'servers':>7} {'layout':>9} {'compr':>5} {'step s':>8} {'model s':>8} {'error':>6} "
            f"{'link eff':>8} {'whole s':>8} {'MB/worker':>9} {'MB/busiest server':>17}"]
     for r in table:
-        out.append(f"{r.servers:>7} {r.layout:>9} {r.step_s:>8.4f} {r.predicted_s:>8.4f} "
+        out.append(f"{r.servers:>7} {r.layout:>9} {r.compression:>5} {r.step_s:>8.4f} "
+                   f"{r.predicted_s:>8.4f} "
                    f"{r.error:>+6.0%} {opt(r.efficiency, '>8.0%'):>8} "
                    f"{opt(r.unchunked_s, '>8.4f'):>8} {r.worker_mb:>9.1f} {r.server_mb:>17.1f}")
     out.append(advice(recommended))
-    return out
+    extra = compression_advice(table, recommended)
+    return out + ([extra] if extra else [])
 
 
 def layout_of(plan) -> Layout:
@@ -159,17 +187,21 @@ def _check_all(jobs, base_env: Mapping[str, str]) -> None:
 
 def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: int,
         launch_job: Callable, show: Callable[[str, bool], None], chunk_bytes: int,
-        unchunked: bool = False, base_env: Mapping[str, str] = os.environ):
+        unchunked: bool = False, base_env: Mapping[str, str] = os.environ,
+        compressions: Sequence[str] = ("none",)):
     """One job per server count, and per layout when ``base_options.server_hosts`` is set (on
     the workers' hosts, then on the server hosts), through ``launch_job(options, show)``
     (which keeps the logs); returns ``(table, recommended row, failure)``, failure being the
-    failed job's LaunchResult."""
+    failed job's LaunchResult. Each job measures every one of ``compressions`` (WIRE's keys;
+    2bit last: MXNet keeps it for the process), a row each."""
+    compressions = sorted(compressions, key=lambda c: c == "2bit")
     layouts: List[Tuple[str, object]] = [("colocated", ())]
     if base_options.server_hosts:
         layouts.append(("dedicated", base_options.server_hosts))
     chunks = [str(chunk_bytes)] + (["0"] if unchunked else [])
     jobs = [dataclasses.replace(base_options, num_servers=count, server_hosts=server_hosts,
-                                command=(WORKER, str(mbytes), str(keys), str(steps), *chunks))
+                                command=(WORKER, str(mbytes), str(keys), str(steps), *chunks,
+                                         "compression=" + ",".join(compressions)))
             for _, server_hosts in layouts for count in servers]
     _check_all(jobs, base_env)
     measured = []
@@ -184,9 +216,10 @@ def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: i
         found = parse(result.logs.get("worker 0", []))
         if found is None:
             raise RuntimeError("worker 0 printed no result line")
-        measured.append(Measured(layout_of(result.plan), found["step_s"][0],
-                                 found["step_s"][1] if unchunked else None,
-                                 found["tcp_bytes_per_s"]))
+        per = len(chunks)  # the worker's step times: per compression, per chunk size
+        measured += [Measured(layout_of(result.plan), found["step_s"][i * per],
+                              found["step_s"][i * per + 1] if unchunked else None,
+                              found["tcp_bytes_per_s"], c) for i, c in enumerate(compressions)]
     env = {**base_env, **base_options.env}
     bound = int(env.get(ev.MXNET_KVSTORE_BIGARRAY_BOUND, DEFAULT_BIGARRAY_BOUND))
     table = rows(measured, key_sizes(mbytes, keys), chunk_bytes, bound)

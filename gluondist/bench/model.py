@@ -17,11 +17,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..kv.chunks import SERVER_HASH  # MXNet puts a small key k on server (k * 9973) % servers
 
 DEFAULT_BIGARRAY_BOUND = 1000 * 1000  # MXNET_KVSTORE_BIGARRAY_BOUND's default (elements)
+
+# Bytes per float32 element on the wire, (push, pull), for each compression= of fit: fp16 halves
+# both; MXNet's 2-bit packs 16 elements in one float32 when pushing and pulls whole float32.
+WIRE = {"none": (4.0, 4.0), "fp16": (2.0, 2.0), "2bit": (0.25, 4.0)}
 
 
 @dataclass(frozen=True)
@@ -72,9 +76,12 @@ class Links:
         return max(list(self.up.values()) + list(self.down.values()), default=0.0)
 
 
-def link_bytes(layout: Layout, sizes: Sequence[int], itemsize: int = 4,
-               bound: int = DEFAULT_BIGARRAY_BOUND) -> Links:
-    """Count one step's bytes on every link for ``layout`` and keys of ``sizes`` elements."""
+def link_bytes(layout: Layout, sizes: Sequence[int], itemsize: float = 4,
+               bound: int = DEFAULT_BIGARRAY_BOUND, push_itemsize: Optional[float] = None) -> Links:
+    """Count one step's bytes on every link for ``layout`` and keys of ``sizes`` elements,
+    pulled at ``itemsize`` bytes each and pushed at ``push_itemsize`` (default: the same; see
+    WIRE for a compression's)."""
+    push_itemsize = itemsize if push_itemsize is None else push_itemsize
     up: Dict[str, float] = defaultdict(float)
     down: Dict[str, float] = defaultdict(float)
     # bytes of each key part through each link direction, summed over the workers
@@ -82,11 +89,12 @@ def link_bytes(layout: Layout, sizes: Sequence[int], itemsize: int = 4,
     part_down: Dict[Tuple[str, int, int], float] = defaultdict(float)
     for key, parts in enumerate(key_parts(sizes, len(layout.servers), bound)):
         for server, elements in parts:
-            nbytes, there = elements * itemsize, layout.servers[server]
+            there = layout.servers[server]
             for here in layout.workers:
                 if here == there:
                     continue
-                for sender, receiver in ((here, there), (there, here)):  # push, then pull
+                for sender, receiver, nbytes in ((here, there, elements * push_itemsize),
+                                                 (there, here, elements * itemsize)):  # push, pull
                     up[sender] += nbytes
                     down[receiver] += nbytes
                     part_up[sender, key, server] += nbytes

@@ -1,4 +1,5 @@
-"""One worker of ``gluondist bench kvstore``: ``worker.py MBYTES KEYS STEPS [CHUNK_BYTES ...]``.
+"""One worker of ``gluondist bench kvstore``:
+``worker.py MBYTES KEYS STEPS [CHUNK_BYTES ...] [compression=none,fp16,2bit]``.
 
 Trains nothing, but communicates exactly as ``fit`` does: MBYTES of float32 parameters in KEYS
 arrays (a model's layers) behind a ``make_trainer`` trainer, whose ``allreduce_grads`` pushes and
@@ -6,7 +7,8 @@ pulls every gradient each step, in chunks of CHUNK_BYTES (one measurement per va
 each with a trainer of its own; 0 sends each array whole). First a raw TCP probe between two
 of the job's hosts measures the link (probe.py). Worker 0 prints one line (gluondist.wire.Bench)
 ``gluondist-bench {...}``: the step time of each measurement (the slowest worker's) and the
-probe's rate.
+probe's rate. With several compressions (fit's ``compression=``, in that order; 2bit last, as
+MXNet keeps it for the process) every chunk size is measured with each.
 """
 import sys
 import time
@@ -21,12 +23,13 @@ WARMUP = 3
 PROBE_BYTES = (4 << 20, 256 << 20)  # at least 4 MiB, at most 256: a short probe
 
 
-def measure(sizes, steps: int, chunk_bytes: int) -> float:
+def measure(sizes, steps: int, chunk_bytes: int, compression: str = "none") -> float:
     params = [mx.gluon.Parameter(f"bench{i}", shape=(n,)) for i, n in enumerate(sizes)]
     for p in params:
         p.initialize(mx.init.Zero())
         p.grad()[:] = 1
-    trainer = kvstore.make_trainer(params, "sgd", kvstore="dist_sync", chunk_bytes=chunk_bytes)
+    trainer = kvstore.make_trainer(params, "sgd", kvstore="dist_sync", chunk_bytes=chunk_bytes,
+                                   compression=None if compression == "none" else compression)
     for _ in range(WARMUP):
         trainer.allreduce_grads()
         mx.nd.waitall()
@@ -39,17 +42,20 @@ def measure(sizes, steps: int, chunk_bytes: int) -> float:
     return float(kvstore.allgather([elapsed / steps])[:, 0].max())  # the slowest worker's
 
 
-def main(mbytes: float, keys: int, steps: int, chunks) -> None:
+def main(mbytes: float, keys: int, steps: int, chunks, compressions=("none",)) -> None:
     kvstore.create("dist_sync")
     sizes = key_sizes(mbytes, keys)
     nbytes = 4 * sum(sizes)
     rate = probe(min(max(nbytes, PROBE_BYTES[0]), PROBE_BYTES[1]))
-    step_s = [measure(sizes, steps, c) for c in chunks]
+    step_s = [measure(sizes, steps, c, z) for z in compressions for c in chunks]
     if kvstore.rank() == 0:
         print(wire.encode(wire.Bench({"step_s": step_s, "chunk_bytes": chunks,
+                                      "compression": list(compressions),
                                       "bytes": nbytes, "tcp_bytes_per_s": rate})), flush=True)
 
 
 if __name__ == "__main__":
+    rest = [a for a in sys.argv[4:] if not a.startswith("compression=")]
+    named = [a.split("=", 1)[1].split(",") for a in sys.argv[4:] if a.startswith("compression=")]
     main(float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
-         [int(c) for c in sys.argv[4:]] or [kvstore.CHUNK_BYTES])
+         [int(c) for c in rest] or [kvstore.CHUNK_BYTES], named[-1] if named else ["none"])

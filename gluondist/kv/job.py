@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import envvars
 from .._mx import mx
+from . import compression as cmp
 from .chunks import SERVER_HASH
 from .kinds import DIST_KINDS, KINDS, Mode
 
@@ -32,7 +33,10 @@ MAX_KEY = (2 ** 31 - 1) // SERVER_HASH
 REDUCE_BASE = 1 << 30
 REDUCE_CHUNK = 1 << 15
 REDUCE_SAFE = REDUCE_BASE // SERVER_HASH  # the largest safe m
-MAX_REDUCE = (REDUCE_SAFE - REDUCE_CHUNK) * REDUCE_CHUNK  # the longest vector allreduce takes
+# Under 2-bit compression allreduce sends float32 bits (compression.encode_bits) on the top
+# BIT_KEYS keys of that range, REDUCE_BASE + REDUCE_SAFE - j, REDUCE_CHUNK values each.
+BIT_KEYS = 1024
+MAX_REDUCE = (REDUCE_SAFE - REDUCE_CHUNK - BIT_KEYS) * REDUCE_CHUNK  # the longest vector
 
 
 def role() -> Optional[str]:
@@ -84,6 +88,18 @@ class Job:
         self.kv = None
         self.next_key = 0
         self.reduce_keys: set = set()
+        self.compression: Optional[cmp.Compression] = None  # 2bit, once set: for good
+
+    def compress(self, kv, compression: Optional[cmp.Compression]) -> None:
+        """Give the distributed kvstore ``kv`` the 2-bit compression a trainer asks for, before
+        its keys are made (or check that it has the same: MXNet cannot undo it)."""
+        if self.compression is None and compression is not None and \
+                compression.kind == "2bit":
+            kv.set_gradient_compression(compression.mxnet_params())
+            self.compression = compression
+            return
+        if self.compression is not None:
+            cmp.check_same(self.compression, compression)
 
     def create(self, kind: Optional[str] = "auto", num_contexts: int = 1):
         """Create (or, for a distributed kind, return the one kept) kvstore; None where
@@ -135,6 +151,8 @@ class Job:
         if self.kv is None:
             return values
         n = len(values)
+        if self.compression is not None:
+            return self._allreduce_bits(values)
         keys = reduce_keys(n)
         if n <= REDUCE_CHUNK:
             return self._pushpull(keys, [values])[0]
@@ -153,6 +171,28 @@ class Job:
         self.kv.pushpull(keys, arrays, out=outs)
         return [o.asnumpy() for o in outs]
 
+    def _allreduce_bits(self, values: np.ndarray) -> np.ndarray:
+        """allreduce under 2-bit: every worker's bits, which 2-bit sends exactly, summed by
+        the servers; each worker adds the values up itself, in rank order."""
+        t, workers = self.compression.threshold, self.num_workers()
+        flat = cmp.encode_bits(values, self.rank(), workers, t)
+        count = -(-flat.size // REDUCE_CHUNK)
+        if count > BIT_KEYS:
+            raise ValueError(f"allreduce of {len(values)} values under 2bit compression: at "
+                             f"most {BIT_KEYS * REDUCE_CHUNK // (64 * workers)} fit its keys")
+        padded = np.zeros(count * REDUCE_CHUNK, dtype=np.float32)
+        padded[:flat.size] = flat
+        keys = [REDUCE_BASE + REDUCE_SAFE - j for j in range(count)]
+        arrays = [mx.nd.array(p, dtype="float32") for p in padded.reshape(count, -1)]
+        new = [(k, a) for k, a in zip(keys, arrays) if k not in self.reduce_keys]
+        if new:
+            self.kv.init([k for k, _ in new], [mx.nd.zeros_like(a) for _, a in new])
+            self.reduce_keys.update(k for k, _ in new)
+        self.kv.push(keys, arrays)  # 2-bit refuses pushpull
+        self.kv.pull(keys, out=arrays)
+        summed = np.concatenate([a.asnumpy() for a in arrays])
+        return cmp.decode_bits(summed, len(values), workers, t)
+
     def allgather(self, values: Sequence[float]) -> np.ndarray:
         values = np.asarray(values, dtype=np.float64)
         workers = self.num_workers() if self.kv is not None else 1
@@ -160,9 +200,10 @@ class Job:
         table[self.rank() if self.kv is not None else 0] = values
         return self.allreduce(table.ravel()).reshape(workers, len(values))
 
-    def reserve_keys(self, kv, count: int, agree: bool) -> int:
+    def reserve_keys(self, kv, count: int, agree: bool, compression: float = 0.0) -> int:
         """Keys ``offset .. offset+count-1`` for a new trainer on the distributed kvstore
-        ``kv``; with ``agree``, every worker must reserve the same keys (checked)."""
+        ``kv``; with ``agree``, every worker must reserve the same keys for the same
+        ``compression`` (a number per setting, see Compression.code): checked."""
         offset = self.next_key
         self.next_key += count
         if self.next_key > MAX_KEY:
@@ -172,12 +213,13 @@ class Job:
                                "(GLUONDIST_CHUNK_BYTES), or train in a new process when earlier "
                                "trainers hold the keys")
         if agree:  # a worker whose trainers differ would push to keys nobody else pulls: hang
-            total, squares = self.allreduce([offset, offset * offset])
-            if kv.num_workers * squares != total * total:
-                raise RuntimeError("workers made different sequences of trainers (fit calls); "
-                                   "every worker of a job must run the same training calls in "
-                                   "order")
+            rows = self.allgather([offset, count, compression])
+            if (rows != rows[0]).any():
+                self.next_key = int((rows[:, 0] + rows[:, 1]).max())  # the same everywhere
+                what = "gave different compression=" if (rows[:, 2] != rows[0, 2]).any() \
+                    else "made different sequences of trainers (fit calls)"
+                raise RuntimeError(f"workers {what}; every worker of a job must run the same "
+                                   "training calls in order, with the same settings")
         return offset
-
 
 JOB = Job()  # this process's

@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import parallel
 from .._mx import mx
+from . import compression as cmp
 from .chunks import chunk_bounds, chunk_bytes_from_env
 from .job import JOB
 from .kinds import Mode
@@ -18,7 +19,7 @@ from .safepickle import check_sendable
 
 def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
                  num_contexts: int = 1, batch_size: Optional[int] = None,
-                 chunk_bytes: Optional[int] = None, trainer_type=None):
+                 chunk_bytes: Optional[int] = None, trainer_type=None, compression=None):
     """A ``gluon.Trainer`` whose kvstore semantics are right, ready for the first step.
 
     ``kvstore`` is a kind (see :func:`create`) or a KVStore. Sync modes update on the workers
@@ -42,13 +43,18 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     chunks are views of the gradient, and the result is bit-equal to sending it whole.
 
     ``trainer_type``: a subclass of ``gluon.Trainer`` to make (a pipeline's
-    :class:`~gluondist.pipeline.StageTrainer`); default ``gluon.Trainer``."""
+    :class:`~gluondist.pipeline.StageTrainer`); default ``gluon.Trainer``.
+
+    ``compression`` (dist_sync): None, ``"fp16"``, ``"2bit"`` or ``{"type": "2bit",
+    "threshold": t}`` (see :mod:`gluondist.kv.compression`); chunks are compressed alone."""
+    compression = cmp.parse(compression)
     if chunk_bytes is None:
         chunk_bytes = chunk_bytes_from_env()
     kv = JOB.create(kvstore, num_contexts) if isinstance(kvstore, str) or kvstore is None \
         else kvstore
     mode = Mode.of(kv)
     dist = mode is not None and mode.distributed
+    cmp.check_mode(compression, mode)
     update_on_kvstore = None if kv is None else mode.updates_on_servers
     # A list, in the net's own order: given a dict, Trainer sorts it by the parameters' global
     # names (dense9_ after dense10_), so the indices that optimizer states are kept under
@@ -58,8 +64,13 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
         # dist_async's servers run the optimizer, which needs each parameter whole (its state,
         # lr_mult by name, LARS' and LAMB's norms): only updates on the workers are chunked
         chunks = [parameter_chunks(p, 0 if update_on_kvstore else chunk_bytes) for p in params]
-        kv = _KeyedStore(kv, JOB.reserve_keys(kv, sum(map(len, chunks)), not update_on_kvstore),
-                         chunks)
+        count = sum(map(len, chunks))
+        half = compression is not None and compression.kind == "fp16"
+        # fp16: float16 gradient keys after the float32 ones that broadcast the parameters
+        offset = JOB.reserve_keys(kv, count * (2 if half else 1), not update_on_kvstore,
+                                  compression.code if compression is not None else 0.0)
+        JOB.compress(kv, compression)  # 2bit: before this trainer's keys are made
+        kv = _KeyedStore(kv, offset, chunks, cmp.HalfWire(kv, kv.num_workers) if half else None)
     if isinstance(optimizer, mx.optimizer.Optimizer) and optimizer_params:
         raise ValueError("give optimizer_params only with an optimizer name: an "
                          "mx.optimizer.Optimizer instance carries its own settings")
@@ -88,6 +99,8 @@ def _join(trainer, kv, update_on_kvstore: bool, batch_size: Optional[int]) -> No
     # it now and waiting closes the init-pull / gradient-push race (see make_trainer).
     trainer._init_kvstore()
     trainer._init_params()
+    if kv.half is not None:
+        kv.half.init(kv.half_keys(), [b - a for c in kv._chunks for a, b in c])
     mx.nd.waitall()
     kv._barrier()
 
@@ -108,8 +121,10 @@ class _KeyedStore(mx.kv.KVStoreBase):
     keys of this trainer start at ``offset``. A parameter with several ``chunks`` (element
     ranges) gets one key per chunk, and its arrays travel as views of those ranges."""
 
-    def __init__(self, kv, offset: int, chunks: Sequence[Sequence[Tuple[int, int]]]):
-        self._kv, self._chunks = kv, [list(c) for c in chunks]
+    def __init__(self, kv, offset: int, chunks: Sequence[Sequence[Tuple[int, int]]],
+                 half: Optional[cmp.HalfWire] = None):
+        self._kv, self._chunks, self.half = kv, [list(c) for c in chunks], half
+        self._count = sum(len(c) for c in chunks)  # fp16: key k's gradient goes on k + count
         self._first = list(offset + np.cumsum([0] + [len(c) for c in chunks[:-1]]))
         self._staged = {int(f) + j for f, c in zip(self._first, self._chunks) if len(c) > 1
                         for j in range(len(c))}  # MXNet keys of chunks (see pushpull)
@@ -164,9 +179,12 @@ class _KeyedStore(mx.kv.KVStoreBase):
         once; a memory copy each way), which lets chunk k's pull overlap chunk k+1's push."""
         keys, values = self._split(key, value)
         outs = values if out is None else self._split(key, out)[1]
+        if self.half is not None:
+            many = isinstance(keys, list)
+            return self.half.pushpull([k + self._count for k in (keys if many else [keys])],
+                                      values if many else [values], outs if many else [outs])
         if not isinstance(keys, list):
-            return self._kv.pushpull(keys, values, out=None if out is None else outs,
-                                     priority=priority)
+            return self._pushpull(keys, values, None if out is None else outs, priority)
         sent, received, back = [], [], []
         for k, v, o in zip(keys, values, outs):
             if k not in self._staged:
@@ -184,9 +202,25 @@ class _KeyedStore(mx.kv.KVStoreBase):
             sent.append(staged)
             received.append(staged)
             back += zip(bufs, o if isinstance(o, (list, tuple)) else [o])
-        self._kv.pushpull(keys, sent, out=received, priority=priority)
+        self._pushpull(keys, sent, received, priority)
         for buf, target in back:
             buf.copyto(target)
+
+    def _pushpull(self, keys, values, outs, priority) -> None:
+        if JOB.compression is None:
+            return self._kv.pushpull(keys, values, out=outs, priority=priority)
+        self._kv.push(keys, values, priority=priority)  # 2-bit refuses pushpull
+        return self._kv.pull(keys, out=values if outs is None else outs, priority=priority)
+
+    def half_keys(self) -> List[int]:
+        """The float16 keys of fp16's gradients, in the order of the chunks."""
+        first = int(self._first[0]) if self._first else 0
+        return [first + self._count + j for j in range(self._count)]
+
+    def check_compression(self) -> None:
+        """After the step's pushpulls: fp16's overflow check."""
+        if self.half is not None:
+            self.half.check()
 
     def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
         keys, outs = self._split(key, out)  # sparse parameters are never chunked
@@ -284,6 +318,8 @@ class TrainStep:
                 clock.lap("sync")
             return
         trainer.allreduce_grads()  # a no-op without a kvstore
+        if isinstance(trainer._kvstore, _KeyedStore):
+            trainer._kvstore.check_compression()
         if clock is not None:
             clock.lap("sync")
         if self.clip is not None:

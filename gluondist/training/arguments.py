@@ -12,6 +12,7 @@ from typing import Callable, Dict, Optional, Sequence, Union
 import numpy as np
 
 from .._mx import mx
+from ..kv import compression as cmp
 from ..kv.kinds import KINDS
 from ..kv.sampling import SEEDS
 from ..parallel import Contexts, contexts
@@ -245,6 +246,11 @@ class FitArgs:
     stages: Optional[Sequence[int]] = _arg(
         None, "`parallel='pipeline'`: the child indices where stages 2.. begin (`[3, 6]`); "
               "None balances the stages by parameter count.", _optional(_stages))
+    compression: Union[None, str, dict] = _arg(
+        None, "Gradients on the wire of a `dist_sync` job: None (float32), `'fp16'` (half the "
+              "bytes both ways), `'2bit'` or `{'type': '2bit', 'threshold': t}` (MXNet's, "
+              "pushes 16x smaller); see [Compression](fit.md#compression).",
+        lambda value, name: cmp.parse(value, name))
 
     def __post_init__(self):
         for f in fields(self):

@@ -14,6 +14,7 @@ import numpy as np
 from .. import kvstore as kvs, parallel
 from ..pipeline import Pipeline, check_micro_batches
 from .._mx import mx
+from ..kv import compression
 from ..kv.kinds import Mode
 from .arguments import CLIP_KEY, DEFAULT_BATCH_SIZE, FitArgs
 from .callbacks import Callback, Checkpointer
@@ -62,6 +63,7 @@ def prepare(args: FitArgs) -> FitConfig:
     if pipelined and mode is not None and mode.updates_on_servers:
         raise ValueError(f"parallel='pipeline' updates on the workers; kvstore {str(mode)!r} "
                          "runs the optimizer on the servers: use dist_sync")
+    compression.check_mode(compression.parse(args.compression), mode)
     workers = kvs.num_workers() if mode is not None and mode.distributed else 1
     train, val, batch_size, val_batch = _sources(args, workers)
     optimizer, opt_params, clip = own_optimizer(args.optimizer, args.optimizer_params)

@@ -44,7 +44,8 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
         terminate_on_nan: bool = True, accumulate: int = 1,
         loss_weights: Optional[Sequence[float]] = None,
         class_weight: Optional[Dict[int, float]] = None, parallel: str = "data",
-        micro_batches: int = 1, stages: Optional[Sequence[int]] = None) -> History:
+        micro_batches: int = 1, stages: Optional[Sequence[int]] = None,
+        compression: Union[None, str, dict] = None) -> History:
     """Train ``net`` and return a :class:`~gluondist.training.callbacks.History`.
 
     ``train_data``/``val_data``: an ``(X, y)`` tuple of numpy arrays or NDArrays, a
@@ -70,8 +71,10 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
     ``loss_weights``, ``metrics={output: names}``. ``(X, y, sample_weight)`` and
     ``class_weight={label: weight}`` weight each sample's loss. ``parallel='pipeline'`` splits
     a ``Sequential`` into one stage per device of ``ctx`` (at ``stages``, else balanced by
-    parameter count), each batch in ``micro_batches`` parts: see docs/pipeline.md. Inputs,
-    labels and weights are cast to float32 (the net must be float32); ``optimizer_params`` and an optimizer instance
+    parameter count), each batch in ``micro_batches`` parts: see docs/pipeline.md.
+    ``compression``: gradients sent as float16 (``'fp16'``) or MXNet's 2-bit in a
+    ``dist_sync`` job (docs/fit.md). Inputs, labels and weights are cast to float32 (the net
+    must be float32); ``optimizer_params`` and an optimizer instance
     are copied, never changed. Every argument, its default and meaning: the table in
     docs/fit.md, from :class:`~gluondist.training.arguments.FitArgs`.
 
