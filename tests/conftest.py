@@ -138,11 +138,25 @@ def launch(tmp_path):
         return job
 
     yield start
+    reap(jobs)
+
+
+def reap(jobs) -> None:
+    """Kill what is left of each job, and fail the test if anything of it was left."""
     for job in jobs:
         if job.proc.poll() is None:
             job.kill()
         stray = kill_tagged(job.tag)
         assert not stray, f"processes of {job.args} outlived the test: {stray}"
+
+
+def load_file(name: str, path):
+    """The module in the file ``path`` (a benchmark's, docs/hooks.py), loaded as ``name``."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")

@@ -76,12 +76,8 @@ def test_calibrated_from_one_row():
 
 
 def _workers_sweep():
-    import importlib.util
-    from conftest import ROOT
-    spec = importlib.util.spec_from_file_location("workers", ROOT / "benchmarks" / "workers.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from conftest import ROOT, load_file
+    return load_file("workers", ROOT / "benchmarks" / "workers.py")
 
 
 def test_the_workers_sweep_is_modelled_from_one_calibration():

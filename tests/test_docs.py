@@ -1,11 +1,10 @@
-import importlib.util
 import os
 import re
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, load_file
 
 
 def readme_commands():
@@ -75,10 +74,7 @@ def test_the_api_reference_has_every_public_name():
 
 
 def hooks():
-    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("docs_hooks", ROOT / "docs" / "hooks.py")
 
 
 def checker():
@@ -126,9 +122,7 @@ def test_the_test_extra_installs_the_docs_extra():
 
 def test_the_plots_are_drawn_by_the_command(tmp_path):
     pytest.importorskip("matplotlib")
-    spec = importlib.util.spec_from_file_location("plots", ROOT / "benchmarks" / "plots.py")
-    plots = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(plots)
+    plots = load_file("plots", ROOT / "benchmarks" / "plots.py")
     plots.main(["--out", str(tmp_path)])  # from benchmarks/results/, and docs/index.md's fit
     drawn = sorted(p.name for p in tmp_path.iterdir())
     assert drawn == ["compression_accuracy.png", "fit_vs_hand.png", "kvstore.png",

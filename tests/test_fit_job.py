@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import gluondist
-from conftest import SCRIPTS, Job, curves, kill_tagged, rel_diff
+from conftest import SCRIPTS, Job, curves, reap, rel_diff
 
 sys.path.insert(0, str(SCRIPTS))
 import fit_job  # noqa: E402
@@ -72,11 +72,7 @@ def shared(tmp_path_factory):
         return done[key]
 
     yield run
-    for job in jobs:
-        if job.proc.poll() is None:
-            job.kill()
-        stray = kill_tagged(job.tag)
-        assert not stray, f"processes of {job.args} outlived the test: {stray}"
+    reap(jobs)
 
 
 @pytest.mark.parametrize("opts", [{}, {"clip": 0.3, "schedule": True}])

@@ -1,20 +1,16 @@
 """benchmarks/pipeline.py and pipeline_overlap.py: the docs' table and figures are the saved
 results', the plot draws from them, and the overlap arithmetic on a literal trace."""
-import importlib.util
 import json
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, load_file
 
 RESULTS = ROOT / "benchmarks" / "results"
 
 
 def module(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    found = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(found)
-    return found
+    return load_file(name, ROOT / "benchmarks" / f"{name}.py")
 
 
 def test_the_pages_table_is_the_saved_run():
