@@ -24,6 +24,8 @@ Cases, each in a process of its own (MXNet reads its environment when it starts)
 * the first three again with MXNET_CPU_TEMP_COPY=--temp-copies (a copy per operator in flight);
 * pipeline, paced: with those copies, stage 1's micro-batch i+1 pushed once its micro-batch i
   is done, beside stage 2's micro-batch i (the backward as the pipeline's: one over all).
+* pipeline with MXNET_CPU_WORKER_NTHREADS=2 (two worker threads per context), without and with
+  the copies.
 
 For the pipeline cases it also prints how much of stage 1's forward work was done before
 micro-batch 0 crossed to stage 2 (1: none of stage 2's forward could overlap stage 1's; the
@@ -46,9 +48,11 @@ FORWARD = ("FullyConnected", "Activation")
 
 def cases(temp_copies: int) -> dict:
     """``{name: environment}``: the base cases, then some again with more temporary copies."""
-    more = {f"{name}, {temp_copies} temp copies": {"MXNET_CPU_TEMP_COPY": str(temp_copies)}
-            for name in WITH_COPIES}
-    return {**BASE, **more}
+    copies = {"MXNET_CPU_TEMP_COPY": str(temp_copies)}
+    more = {f"{name}, {temp_copies} temp copies": copies for name in WITH_COPIES}
+    two = {"MXNET_CPU_WORKER_NTHREADS": "2"}  # two worker threads per context
+    return {**BASE, **more, "pipeline, 2 workers": two,
+            f"pipeline, {temp_copies} temp copies, 2 workers": {**copies, **two}}
 
 
 def overlap(trace: dict) -> dict:
@@ -213,9 +217,9 @@ def _case(name, micro, width, trace_path) -> dict:
 
 def _report(name, r) -> str:
     if "held_back" in r:
-        return (f"{name:34s} cpu(1)'s small operator began after {r['held_back']:.2f} "
+        return (f"{name:36s} cpu(1)'s small operator began after {r['held_back']:.2f} "
                 "of cpu(0)'s slow one")
-    line = (f"{name:34s} overlap {r['overlap']:.3f}  busy cpu(0) {r['cpu0_busy_ms']:.0f} ms, "
+    line = (f"{name:36s} overlap {r['overlap']:.3f}  busy cpu(0) {r['cpu0_busy_ms']:.0f} ms, "
             f"cpu(1) {r['cpu1_busy_ms']:.0f} ms, both {r['both_busy_ms']:.0f} ms; Python "
             f"returned after {r['python_share']:.0%} of the step")
     if "crossed" in r:
