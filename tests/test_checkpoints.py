@@ -355,3 +355,29 @@ def test_checkpoint_dir_that_is_a_file_says_so(small, tmp_path):
     (tmp_path / "f").write_text("")
     with pytest.raises(ValueError, match="checkpoint_dir .*f is a file, not a directory"):
         fit_mlp(small[0], checkpoint_dir=tmp_path / "f")
+
+
+def test_a_checkpoint_records_the_global_batch_and_one_without_it_is_said(small, tmp_path,
+                                                                          capsys):
+    fit_on(None, small[0], epochs=1, checkpoint_dir=tmp_path)  # batch 30, one process
+    state = tmp_path / "ckpt-000000" / checkpoint.STATE
+    saved = json.loads(state.read_text())
+    assert saved["global_batch"] == 30
+    del saved["global_batch"]  # as written before elastic jobs
+    state.write_text(json.dumps(saved))
+    capsys.readouterr()
+    fit_on(None, small[0], epochs=2, checkpoint_dir=tmp_path)
+    assert "fit: the checkpoint does not record its global batch (written before elastic " \
+           "jobs): going on with batch_size 30 x 1 worker(s) = 30, which matches the run only " \
+           "if it started with 1" in capsys.readouterr().err
+
+
+def test_a_fixed_global_batch_is_split_into_slices_one_sample_apart():
+    from gluondist.kvstore import ShardedBatchSampler
+    slices = [list(ShardedBatchSampler(100, 32, 3, r, seed=1, global_batch_size=64).batches())
+              for r in range(3)]
+    first = [s[0][0] for s in slices]
+    assert [len(f) for f in first] == [22, 21, 21]
+    assert sorted(np.concatenate(first)) == sorted(
+        next(ShardedBatchSampler(100, 64, seed=1).batches())[0])
+    assert [len(s) for s in slices] == [2, 2, 2] and slices[0][1][1] == 36

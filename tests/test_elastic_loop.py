@@ -217,3 +217,18 @@ def test_every_host_lost_at_once_is_named(tmp_path, fake):
         "gluondist: host h2 does not answer either (down): it was lost too, and its processes "
         "could not be stopped from here",
         "gluondist: exit code 75 (lost a host)"], notes
+
+
+def test_a_discovery_script_that_hangs_is_ended_with_what_it_started(tmp_path):
+    from gluondist.launcher.discovery import discover
+    from conftest import wait_until
+    script = tmp_path / "hang.sh"
+    script.write_text(f"#!/bin/sh\nsleep 60 &\necho $! > {tmp_path}/child\nwait\n")
+    script.chmod(0o755)
+    with pytest.raises(LaunchError, match=r"did not finish within 1s; it must print its "
+                                          r"HOST\[:SLOTS\] lines and exit within that$"):
+        discover(str(script), timeout=1)
+    child = int((tmp_path / "child").read_text())
+    wait_until(lambda: not os.path.exists(f"/proc/{child}") or
+               open(f"/proc/{child}/stat").read().split()[2] == "Z", timeout=10,
+               message="the script's child to be ended")

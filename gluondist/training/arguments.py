@@ -192,7 +192,9 @@ class FitArgs:
            "(the History is empty).", _count(0))
     batch_size: Optional[int] = _arg(
         None, "Samples per worker and step, split across the devices; None: the DataLoader's, "
-              f"else {DEFAULT_BATCH_SIZE}, at most each worker's share of the samples.",
+              f"else {DEFAULT_BATCH_SIZE}, at most each worker's share of the samples. A "
+              "resumed run keeps its first start's global batch (batch_size x workers), "
+              "whatever the workers now ([Elastic jobs](elastic.md)).",
         _optional(_count(1)))
     ctx: Contexts = _arg(
         None, "The devices: None for every GPU (else the CPU), an int n for n devices, "

@@ -108,6 +108,8 @@ def start(cfg: FitConfig) -> LoopState:
         ckpt.state.apply(run, ckpt.callback_arrays)
     if rank == 0:
         _announce(run, cfg.checkpoint_dir if ckpt is not None else None)
+        if ckpt is not None:
+            _batch_note(ckpt.state.global_batch, cfg.batch_size, workers, global_batch)
     return LoopState(config=cfg, run=run, step=step, sampler=sampler)
 
 
@@ -124,6 +126,17 @@ def _announce(run: Run, resumed_from: Optional[str]) -> None:
         say(log, f"fit: the run in {resumed_from} had already trained {run.start} epoch(s) "
                  f"(epochs={run.epochs}): nothing to train; raise epochs to train on, or pass "
                  "resume=False to start over")
+
+
+def _batch_note(saved: Optional[int], batch_size: int, workers: int, used: int) -> None:
+    """One line when a resumed run's global batch is not batch_size x workers of this start."""
+    if saved is None:
+        say(log, f"fit: the checkpoint does not record its global batch (written before "
+                 f"elastic jobs): going on with batch_size {batch_size} x {workers} worker(s) "
+                 f"= {used}, which matches the run only if it started with {workers}")
+    elif used != batch_size * workers:
+        say(log, f"fit: {workers} worker(s) take their slices of the run's global batch of "
+                 f"{used} (batch_size x workers at its first start), not {batch_size} each")
 
 
 def _agree(cfg: FitConfig, start: int) -> None:
