@@ -289,7 +289,8 @@ class _FixedWorkers(click.ParamType):
 
 @manifest.command("kubernetes", context_settings={"allow_interspersed_args": False})
 @launch_flags("num_workers", "num_servers", num_workers={"type": _FixedWorkers(),
-                                                         "metavar": "N"},
+                                                         "metavar": "N",
+                                                         "help": "Worker processes."},
               num_servers={"type": click.IntRange(min=1)})
 @click.option("--image", required=True, help="Container image with gluondist and MXNet.")
 @click.option("--name", default="gluondist", show_default=True,

@@ -3,10 +3,12 @@
 instead of -H and again every :data:`EVERY` seconds while the job runs."""
 from __future__ import annotations
 
+import signal
 import subprocess
 import threading
 from typing import Callable, Optional, Tuple
 
+from .child.proctree import signal_tree
 from .errors import LaunchError
 from .hosts import Host, parse_inline
 
@@ -14,21 +16,33 @@ EVERY = 2.0  # seconds between runs of the script while the job runs
 TIMEOUT = 10.0  # a run that takes longer counts as failed
 
 
+def stop_session(pid: int) -> None:
+    """SIGKILL whatever of the script's session is left (a child it left behind, or all of it
+    after a timeout)."""
+    signal_tree(pid, signal.SIGKILL)
+
+
 def discover(script: str, timeout: float = TIMEOUT) -> Tuple[Host, ...]:
     """The hosts ``script`` prints now; LaunchError naming the script and what was wrong."""
     name = f"--host-discovery {script}"
-    try:
-        proc = subprocess.run([script], stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise LaunchError(f"{name} printed nothing within {timeout:g}s") from None
+    try:  # in a session of its own: a script that hangs is ended with whatever it started
+        proc = subprocess.Popen([script], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     except OSError as exc:
         raise LaunchError(f"{name} cannot run: {exc.strerror}") from None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise LaunchError(f"{name} did not finish within {timeout:g}s; it must print its "
+                          "HOST[:SLOTS] lines and exit within that") from None
+    finally:
+        stop_session(proc.pid)
+        proc.wait()
     if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or [""])[-1]
+        last = (err.strip().splitlines() or [""])[-1]
         raise LaunchError(f"{name} failed with exit code {proc.returncode}"
                           + (f": {last}" if last else ""))
-    lines = [l.split("#", 1)[0].strip() for l in proc.stdout.splitlines()]
+    lines = [l.split("#", 1)[0].strip() for l in out.splitlines()]
     lines = [l for l in lines if l]
     if not lines:
         raise LaunchError(f"{name} printed no hosts; it should print HOST[:SLOTS] lines")

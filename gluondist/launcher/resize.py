@@ -28,12 +28,15 @@ def _names(hosts) -> str:
 
 
 def workers_flag(job: LaunchOptions) -> str:
-    return f"-n {job.fewest_workers}:{job.num_workers}" if job.elastic else \
-        f"-n {job.num_workers}"
+    return f"-n {job.fewest_workers}:{job.num_workers}" \
+        if job.fewest_workers < job.num_workers else f"-n {job.num_workers}"
 
 
 def rule(job: LaunchOptions, now: int) -> str:
     """How an elastic job sizes its attempts, in one line (for --dry-run)."""
+    if not job.hosts and not job.host_discovery:  # this machine: its slots do not change
+        return (f"elastic: {workers_flag(job)} on this machine runs {job.num_workers} workers "
+                "on every attempt; fit keeps the global batch of the run's first start")
     text = (f"elastic: {workers_flag(job)} starts {now} worker(s) now (as many as the "
             f"reachable slots hold, at most {job.num_workers}); a restart runs as many as the "
             f"hosts that answer then hold, and stops below {job.fewest_workers}")
@@ -101,12 +104,13 @@ class Grower:
         self._lock = threading.Lock()
         self._options: Optional[LaunchOptions] = None
         self._group = None
+        self._attempt = 0
         self._checked: Set[str] = set()  # hosts checked during this attempt
         self._reached: Set[str] = set()  # of those, the ones that passed
 
-    def attach(self, options: LaunchOptions, group) -> None:
+    def attach(self, options: LaunchOptions, group, attempt: int) -> None:
         with self._lock:
-            self._options, self._group = options, group
+            self._options, self._group, self._attempt = options, group, attempt
             self._checked = {h.name for h in options.hosts}
             self._reached = set(self._checked)
             self.asked.clear()
@@ -122,8 +126,8 @@ class Grower:
             if group is None or self.asked.is_set() or options.num_workers >= self.job.num_workers:
                 return
             new = tuple(h for h in hosts if h.name not in self._checked)
-        if new:
-            kept, _ = self.backend.reachable(new, (), options, 0, lambda text, note: None)
+        if new:  # one that fails is said once, as left out of the attempt a grow would start
+            kept, _ = self.backend.reachable(new, (), options, self._attempt + 1, self.show)
             with self._lock:
                 self._checked |= {h.name for h in new}
                 self._reached |= {h.name for h in kept}

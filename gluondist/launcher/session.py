@@ -177,7 +177,8 @@ def _run(job, options, backend, transport, hosts_now, grower, ports, cores, base
         if not attempts:
             for note in plan.notes:
                 show(f"gluondist: {note}", True)
-        attempt = _attempt(options, plan, on_line, transport, restarts, show, stop, grower)
+        attempt = _attempt(options, plan, on_line, transport, restarts, show, stop, grower,
+                           len(attempts) + 1)
         attempts.append(attempt)
         result = LaunchResult(tuple(attempts), logs)
         step = next_step(result, job.max_restarts)
@@ -185,6 +186,9 @@ def _run(job, options, backend, transport, hosts_now, grower, ports, cores, base
             show(f"gluondist: the scheduler's port {port} was taken; retrying on another", True)
             continue
         if step is Step.FINISH:
+            if grower is not None and grower.asked.is_set() and attempt.failure is None:
+                show("gluondist: the job ended before its workers reached an epoch end to "
+                     "stop at: it did not grow", True)
             for line in final_lines(result, _also_lost(result.last, backend, options)):
                 show(line, True)
             return result
@@ -303,9 +307,10 @@ def _restartable(job: LaunchOptions, options: LaunchOptions, backend: Backend, e
     return options
 
 
-def _attempt(options, plan, on_line, transport, restarts, show, stop, grower) -> Attempt:
-    """One attempt, start to teardown, diagnosed. A stop request is raised as Stopped once
-    every process is down. ``grower`` (or None) may ask the workers to stop to grow."""
+def _attempt(options, plan, on_line, transport, restarts, show, stop, grower,
+             number: int) -> Attempt:
+    """Attempt ``number``, start to teardown, diagnosed. A stop request is raised as Stopped
+    once every process is down. ``grower`` (or None) may ask the workers to stop to grow."""
     joins = Joins(on_line)
     group = ProcessGroup(plan.specs, joins, options.log_dir, transport, restarts,
                          progress=options.stall_timeout is not None)
@@ -314,7 +319,7 @@ def _attempt(options, plan, on_line, transport, restarts, show, stop, grower) ->
     try:
         group.start()
         if grower is not None:
-            grower.attach(options, group)
+            grower.attach(options, group, number)
         ending = watch(plan, group, joins, options.start_timeout, options.stall_timeout, stop,
                        resizing)
     finally:
