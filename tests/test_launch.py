@@ -105,7 +105,7 @@ def test_any_command_after_a_double_dash(launch, tmp_path):
     (["--log-dir", "/proc/nope", JOB], "--log-dir '/proc/nope' cannot be created"),
     (["--env", "NOVALUE", JOB], "write KEY=VALUE"),
     (["--max-restarts", "-1", JOB], "--max-restarts must be 0 or more"),
-    (["-n", "two", JOB], "'two' is not a valid integer"),
+    (["-n", "two", JOB], "-n 'two': give N, or MIN:MAX for an elastic job (whole numbers)"),
     (["--", "no-such-command-xyz"], "command 'no-such-command-xyz' not found"),
     (["-n", "2", "--gpus-per-worker", "2", JOB], "needs 4 GPU(s); this machine has 0"),
     (["--stall-timeout", "0", JOB], "--stall-timeout"),
