@@ -28,9 +28,9 @@ def cluster(tmp_path):
         yield made
 
 
-def fit(launch, cluster, tmp_path, *args, batch_sleep=0.25):
+def fit(launch, cluster, tmp_path, *args, batch_sleep=0.25, **more):
     """fit_job.py (32 per worker at the first start) over ssh."""
-    opts = {"ckpt": str(tmp_path / "ckpt"), "batch_sleep": batch_sleep}
+    opts = {"ckpt": str(tmp_path / "ckpt"), "batch_sleep": batch_sleep, **more}
     return launch("--launcher", "ssh", "--ssh-config", cluster.ssh_config, "-s", 1, *args,
                   SCRIPT, tmp_path, EPOCHS, 32, json.dumps(opts))
 
@@ -84,7 +84,7 @@ def test_a_discovered_host_grows_the_job_at_an_epoch_end(launch, cluster, tmp_pa
     script.write_text(f"#!/bin/sh\nsed 's/ slots=/:/' {listing}\n")
     script.chmod(0o755)
     job = fit(launch, cluster, tmp_path, "--host-discovery", script, "-n", "2:3",
-              "--max-restarts", 0)
+              "--max-restarts", 0, grow_at=2)  # the 2 workers wait in epoch 2 for the ask
     epochs_done(job, tmp_path, 1)
     hostfile(tmp_path, cluster.hosts, "listing")
     appeared = time.monotonic()

@@ -250,9 +250,13 @@ class ProcessGroup:
 
     def _close(self, timeout: float, hurry: threading.Event) -> None:
         self.stopped += [c.spec for c in self.running()]  # known even if an interrupt follows
+        stop = getattr(self.transport, "stop", None)  # a transport's own way, else SIGTERM
         for child in self.running():
-            signal_tree(child.proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
+            if stop is not None:
+                stop(child.proc)
+            else:
+                signal_tree(child.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout + getattr(self.transport, "stop_slack", 0.0)
         while self.running() and time.monotonic() < deadline and not hurry.is_set():
             self.poll()
             time.sleep(WAIT_TICK)

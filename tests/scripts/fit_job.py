@@ -7,7 +7,8 @@ asks to stop there), poison ([epoch, batch]: worker 1 sets its output bias to Na
 batchnorm (a net with BatchNorm), regression (a regression net, L2 loss, mse/mae metrics; also
 writes numpy's val mse/mae of the final net to metrics.<rank>.json), several (the parameter-
 server recipe, then fit, then fit again on the same net, then the real fit on a new net),
-accumulate (fit's accumulate), batch_sleep (seconds each worker sleeps after each batch, so a
+accumulate (fit's accumulate), grow_at (an epoch: in a job of 2 workers each waits at its
+start until the launcher asks them to stop for a grow), batch_sleep (seconds each worker sleeps after each batch, so a
 test can act while the job trains), pipeline (M: each worker's net in 2 stages on cpu(0) and
 cpu(1), batches in M micro-batches). The
 tests import data(), net() and optimizer_params() to train the same model in one process.
@@ -96,6 +97,23 @@ class CrashOnce(gluondist.Callback):
             raise RuntimeError(f"worker 1 crashes in epoch {epoch}")
 
 
+class WaitForGrow(gluondist.Callback):
+    """On a job of 2 workers, each waits at the start of ``epoch`` until the launcher has asked
+    it to stop for a grow (so a test's grow never races the end of training)."""
+
+    def __init__(self, epoch):
+        self.epoch = epoch
+
+    def on_epoch_begin(self, run, epoch):
+        if epoch != self.epoch or run.num_workers != 2:
+            return
+        deadline = time.monotonic() + 120
+        while not gluondist.elastic.requested():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the launcher never asked this worker to stop for a grow")
+            time.sleep(0.05)
+
+
 def main():
     out, epochs, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     opts = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
@@ -113,6 +131,8 @@ def main():
         callbacks.append(At(0, opts["stop_at"], stop))
     if "poison" in opts:
         callbacks.append(At(1, opts["poison"], poison))
+    if "grow_at" in opts:
+        callbacks.append(WaitForGrow(opts["grow_at"]))
     if "batch_sleep" in opts:
         callbacks.append(Sleep(opts["batch_sleep"]))
     if "pipeline" in opts:

@@ -43,6 +43,11 @@ class Transport(Protocol):
     def request_stack(self, proc: subprocess.Popen) -> None:
         """Ask the process for a dump of its Python stacks (on its output)."""
 
+    # Optional: ``stop(proc)`` begins stopping a process in the transport's own way (ssh closes
+    # the session's stdin, so the remote side's teardown is waited for), where the process
+    # group would otherwise send SIGTERM to its tree; ``stop_slack`` adds seconds to the
+    # group's deadline for it.
+
     def request_resize(self, proc: subprocess.Popen) -> None:
         """Send a worker gluondist.elastic's request to stop at its next epoch end."""
 

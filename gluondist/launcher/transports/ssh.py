@@ -152,6 +152,21 @@ class SshTransport:
             for proc in live:
                 self._send(proc, "ping")
 
+    # the remote side's own SIGKILL comes STOP_GRACE after its SIGTERM: wait a little longer
+    stop_slack = 2.0
+
+    def stop(self, proc: subprocess.Popen) -> None:
+        """Close the session's stdin: the remote side stops its tree (SIGTERM, SIGKILL
+        STOP_GRACE later), reports and exits, which ends ssh. So the session ends once the
+        remote processes are gone, not before (a SIGTERM to ssh would drop the connection at
+        once and leave the remote teardown running after the launcher exits). A session that
+        cannot hear it (a cut link) is killed at the group's deadline."""
+        with self._lock:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+
     def request_stack(self, proc: subprocess.Popen) -> None:
         self._send(proc, "dump")
 
