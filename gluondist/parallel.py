@@ -61,7 +61,8 @@ def _parse_context(text: str) -> "mx.Context":
     return mx.Context(kind, int(index or 0))
 
 
-def split(data, ctxs: Sequence["mx.Context"], owned: bool = False) -> List[Optional["mx.nd.NDArray"]]:
+def split(data, ctxs: Sequence["mx.Context"],
+          owned: bool = False) -> List[Optional["mx.nd.NDArray"]]:
     """Split a batch along axis 0 into one part per context, loaded on it.
 
     Parts differ in size by at most one sample. When the batch is smaller than the number of

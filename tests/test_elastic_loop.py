@@ -233,3 +233,18 @@ def test_a_discovery_script_that_hangs_is_ended_with_what_it_started(tmp_path):
     wait_until(lambda: not os.path.exists(f"/proc/{child}") or
                open(f"/proc/{child}/stat").read().split()[2] == "Z", timeout=10,
                message="the script's child to be ended")
+
+
+def test_a_just_lost_host_is_checked_again_only_when_the_others_fall_short(tmp_path, fake):
+    fake.down_from = {"h3": 2}  # worker 2 loses its link on h1, which answers again; h3 goes
+    result, notes = run(tmp_path, "flaky", "255", "2", hosts="h1:1,h2:1,h3:1",
+                        num_workers="1:3", max_restarts=1)
+    assert result.exit_code == 0 and result.last.workers == 1  # h2 alone suffices for MIN 1
+    assert "gluondist: host h1 was lost: left out of attempt 2" in notes
+    fake.checked = []
+    result, notes = run(tmp_path, "flaky", "255", "2", hosts="h1:1,h2:1,h3:1",
+                        num_workers="2:3", max_restarts=1)
+    assert result.exit_code == 0, notes
+    assert {s.host for s in result.plan.specs} == {"h1", "h2"}
+    assert [c for c in fake.checked if c[0] == 2] == [(2, ("h2", "h3")), (2, ("h1",))]
+    assert notes.count("gluondist: host h3 is unreachable (down): left out of attempt 2") == 1

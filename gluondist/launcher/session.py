@@ -290,21 +290,32 @@ def _restartable(job: LaunchOptions, options: LaunchOptions, backend: Backend, e
     would hold the restart up for ssh's connect timeout); they rejoin at a later restart, or
     when --host-discovery lists them."""
     hosts, server_hosts = every_host
-    if job.elastic and lost:
-        spared = [h for h in hosts if h.name not in lost]
-        spared_servers = [h for h in server_hosts if h.name not in lost]
-        kept, kept_servers = backend.reachable(tuple(spared), tuple(spared_servers), options,
-                                               attempt, show)
+    lost = set(lost) if job.elastic else set()
+    kept, kept_servers = backend.reachable(_hosts(hosts, lost, False),
+                                           _hosts(server_hosts, lost, False), options, attempt,
+                                           show)
+    if lost:
         options_now, _ = resize.sized(job, options, kept, kept_servers)
         if options_now is not None:
             for name in sorted(lost):
                 show(f"gluondist: host {name} was lost: left out of attempt {attempt}", True)
             return options_now
-    kept, kept_servers = backend.reachable(hosts, server_hosts, options, attempt, show)
+        # not enough without them: check the lost hosts too (the others were checked above)
+        back, back_servers = backend.reachable(_hosts(hosts, lost, True),
+                                               _hosts(server_hosts, lost, True), options,
+                                               attempt, show)
+        named = {h.name for h in (*kept, *kept_servers, *back, *back_servers)}
+        kept, kept_servers = (tuple(h for h in given if h.name in named)
+                              for given in (hosts, server_hosts))
     options, why = resize.sized(job, options, kept, kept_servers)
     if options is None:
         show(f"gluondist: cannot restart: {why}", True)
     return options
+
+
+def _hosts(hosts, names, inside: bool) -> tuple:
+    """Those of ``hosts`` whose name is (``inside``) or is not among ``names``, in order."""
+    return tuple(h for h in hosts if (h.name in names) == inside)
 
 
 def _attempt(options, plan, on_line, transport, restarts, show, stop, grower,
