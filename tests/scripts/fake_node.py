@@ -30,10 +30,18 @@ def say(text: str) -> None:
 
 
 def join() -> None:
-    """Join the job as ps-lite would: its line on the output, a file for the scheduler."""
+    """Join the job as ps-lite would: its line on the output, a file for the scheduler; then
+    wait until every node joined (ps-lite's start blocks until the job forms)."""
     role = os.environ["DMLC_ROLE"]
     say(f"Bind to role={role}, ip=127.0.0.1, port={os.getpid()}")
     open(os.path.join(meeting(), f"joined.{os.getpid()}"), "w").close()
+    while _count("joined.") < _nodes():
+        time.sleep(TICK)
+
+
+def _nodes() -> int:
+    """Every node of the job: the scheduler, the servers, the workers."""
+    return 1 + int(os.environ["DMLC_NUM_WORKER"]) + int(os.environ["DMLC_NUM_SERVER"])
 
 
 def done() -> None:
@@ -55,11 +63,8 @@ def main() -> int:
               flush=True)
         return wire.PORT_TAKEN
     workers = int(os.environ["DMLC_NUM_WORKER"])
-    nodes = workers + int(os.environ["DMLC_NUM_SERVER"])
     join()
     if role == "scheduler":
-        while _count("joined.") < nodes + 1:
-            time.sleep(TICK)
         say(f"the scheduler is connected to {workers} workers and "
             f"{os.environ['DMLC_NUM_SERVER']} servers")
     while _count("done.") < workers:
