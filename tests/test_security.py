@@ -150,8 +150,8 @@ def test_names_a_peer_chose_cannot_forge_lines_or_reach_a_terminal():
 
 def test_an_unknown_command_is_refused():
     with pytest.raises(Refused, match=r"would load an unknown command \(5\)"):
-        server.handle(5, sent(mx.optimizer.SGD()))
-    assert isinstance(server.handle(0, sent(mx.optimizer.SGD())), mx.optimizer.SGD)
+        server.handle_command(5, sent(mx.optimizer.SGD()))
+    assert isinstance(server.handle_command(0, sent(mx.optimizer.SGD())), mx.optimizer.SGD)
 
 
 @pytest.mark.parametrize("optimizer, message", [

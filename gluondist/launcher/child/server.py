@@ -11,10 +11,15 @@ without the optimizer, and the job ends with code 0. Here the optimizer goes thr
 or the updater prints one line (and the traceback) and ends the server with ``FAILED``, so the
 launcher fails the job with this server as its root cause. The launcher starts this for the
 scheduler and servers wherever it starts them (local, ssh, Slurm, the Kubernetes pod).
+
+It runs MXNet's C server loop through ctypes, without importing mxnet (~2 s of CPU per
+process); mxnet is imported only when an optimizer arrives (``dist_async``).
 """
 from __future__ import annotations
 
+import ctypes
 import errno
+import importlib.util
 import os
 import socket
 import sys
@@ -28,7 +33,7 @@ REFUSED = wire.REFUSED  # the exit code of a server that refused a command
 CONTROLLER = 0  # the one command MXNet hands to Python (kController); the rest stay in C++
 
 
-def handle(command: int, body: bytes):
+def handle_command(command: int, body: bytes):
     """The optimizer that command ``command`` with ``body`` sets, or
     :class:`~gluondist.kv.safepickle.Refused`."""
     from ...kv.safepickle import Refused, load_optimizer
@@ -79,27 +84,75 @@ def _fatal_on_error(function, what: str):
     return guarded
 
 
+def _library():
+    """libmxnet, loaded as ``import mxnet`` loads it (its own libinfo finds the file), but
+    without importing the package: that costs ~2 s of CPU per process, generating the Python
+    wrappers of every operator, none of which a scheduler or a summing server calls."""
+    spec = importlib.util.find_spec("mxnet")
+    if spec is None or spec.origin is None:
+        _die(f"mxnet is not installed for {sys.executable}; install it there "
+             "(pip install 'mxnet>=1.6,<2', or a GPU build)")
+    path = os.path.join(os.path.dirname(spec.origin), "libinfo.py")
+    info = importlib.util.spec_from_file_location("gluondist_mxnet_libinfo", path)
+    libinfo = importlib.util.module_from_spec(info)
+    info.loader.exec_module(libinfo)
+    library = ctypes.CDLL(libinfo.find_lib_path()[0], ctypes.RTLD_LOCAL)
+    library.MXGetLastError.restype = ctypes.c_char_p
+    return library
+
+
+def _import_mxnet():
+    """mxnet itself, imported once an optimizer arrives (``dist_async``). MXNet starts its own
+    (unsafe) server loop while mxnet is imported, unless this process looks like a worker then:
+    it asks ps-lite, which reads DMLC_ROLE from the environment each time
+    (kvstore_server._init_kvstore_server_module); ps-lite read the real role when it joined."""
+    role = os.environ[ev.DMLC_ROLE]
+    os.environ[ev.DMLC_ROLE] = "worker"
+    try:
+        import mxnet
+    finally:
+        os.environ[ev.DMLC_ROLE] = role
+    return mxnet
+
+
+def _controller(handle):
+    """The server's controller: command 0 sets the optimizer that the servers apply
+    (``dist_async``), through mxnet's own KVStore on this process's kvstore."""
+    kept = []  # the KVStore wrapper, alive to the end: its __del__ would free the handle
+
+    def controller(command, body, _):
+        mx = _import_mxnet()  # first: gluondist.kv imports it
+        from ...kv.safepickle import Refused
+        try:
+            optimizer = handle_command(command, body)
+        except Refused as exc:
+            _die(str(exc), REFUSED)
+        if not kept:
+            kept.append(mx.kv.KVStore(handle))
+        kept[0]._set_updater(_fatal_on_error(mx.optimizer.get_updater(optimizer),
+                                             "the optimizer's update raised"))
+    return _fatal_on_error(controller, "the controller raised")
+
+
 def _serve() -> None:
-    import mxnet as mx
-    from mxnet.kvstore.kvstore_server import KVStoreServer
-
-    from ...kv.safepickle import Refused
-
-    class Server(KVStoreServer):
-        def _controller(self):
-            def controller(command, body, _):
-                try:
-                    optimizer = handle(command, body)
-                except Refused as exc:
-                    _die(str(exc), REFUSED)
-                updater = mx.optimizer.get_updater(optimizer)
-                self.kvstore._set_updater(
-                    _fatal_on_error(updater, "the optimizer's update raised"))
-            return _fatal_on_error(controller, "the controller raised")
-
+    """Join the job and serve until every worker is done (ps-lite's stop), then end at once:
+    the scheduler's and servers' work is over, and C++'s exit-time destructors are skipped."""
+    library = _library()
     if os.environ.get(ev.DMLC_ROLE) == "scheduler" and port_taken():
         _die(f"port {os.environ[ev.DMLC_PS_ROOT_PORT]} is taken", wire.PORT_TAKEN)
-    Server(mx.kv.create("dist")).run()
+    handle = ctypes.c_void_p()
+    _check(library, library.MXKVStoreCreate(b"dist", ctypes.byref(handle)))
+    prototype = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+    controller = prototype(_controller(handle))
+    _check(library, library.MXKVStoreRunServer(handle, controller, None))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _check(library, code: int) -> None:
+    if code != 0:
+        _die(f"MXNet: {library.MXGetLastError().decode(errors='replace').strip()}")
 
 
 def main() -> int:
@@ -109,15 +162,6 @@ def main() -> int:
                          f"needs {ev.DMLC_ROLE}=scheduler "
                          f"or server (got {role!r}); gluondist launch sets it\n")
         return 2
-    # MXNet starts its own (unsafe) loop while mxnet is imported, unless this process looks
-    # like a worker then: it asks ps-lite, which reads DMLC_ROLE from the environment each
-    # time (kvstore_server._init_kvstore_server_module). The real role is back before the
-    # kvstore is made, which is when ps-lite reads it to join the job.
-    os.environ[ev.DMLC_ROLE] = "worker"
-    try:
-        import mxnet  # noqa: F401
-    finally:
-        os.environ[ev.DMLC_ROLE] = role
     _serve()
     return 0
 
