@@ -209,3 +209,13 @@ def fit_mlp(data, epochs=2, net=None, **kw):
     h = gluondist.fit(net, data, epochs=epochs, batch_size=kw.pop("batch_size", 30),
                       seed=kw.pop("seed", 7), **kw)
     return net, h
+
+
+def pytest_collection_modifyitems(items):
+    """The slow tests first, in one xdist group: under ``--dist loadgroup`` (pyproject's
+    addopts) one worker runs them one after another, as alone (their jobs share two cores,
+    and some their namespace links), while the others take the fast tests beside them."""
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    for item in slow:
+        item.add_marker(pytest.mark.xdist_group("slow"))
+    items[:] = slow + [item for item in items if not item.get_closest_marker("slow")]

@@ -19,3 +19,5 @@ def test_quickstart_runs_in_a_real_kernel():
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the curves, inline
     text = "".join(o.get("text", "") for o in outputs)
     assert "exit code: 0" in text and "final validation accuracy" in text
+    # fit's progress bar, as in a terminal: the kernel is interactive
+    assert any(o.get("name") == "stderr" and "it/s" in o.get("text", "") for o in outputs)

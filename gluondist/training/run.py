@@ -233,4 +233,7 @@ def _job_seed() -> int:
 
 
 def _interactive() -> bool:
-    return "ipykernel" in sys.modules or sys.stderr.isatty()
+    """A terminal on stderr, or a Jupyter kernel: a shell with a kernel, not merely a process
+    that imported ipykernel (nbclient's, or a test suite's, shows no progress bar)."""
+    shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
+    return hasattr(shell, "kernel") or sys.stderr.isatty()
