@@ -62,16 +62,24 @@ def ssh_config(tmp_path_factory):
         daemon.wait(timeout=30)
 
 
-def wrappers():
-    """Remote sides still alive (this machine is both 'hosts')."""
+def wrappers(ssh_config):
+    """Remote sides still alive that this module's sshd started (this machine is both 'hosts';
+    the fast tests beside these start remote sides of their own without sshd)."""
+    port = open(ssh_config).read().split("Port ")[1].split()[0]
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if ssh.REMOTE.encode() in f.read():
-                    found.append(int(pid))
+                if ssh.REMOTE.encode() not in f.read():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
         except OSError:
-            pass
+            continue
+        # SSH_CONNECTION: client address and port, server address and port
+        if any(v.startswith(b"SSH_CONNECTION=") and v.split()[-1].decode() == port
+               for v in environ):
+            found.append(int(pid))
     return found
 
 
@@ -88,7 +96,7 @@ def test_a_two_host_job(launch, ssh_config, tmp_path):
     assert "[worker 0] worker 0 on 127.0.0.2 pulled 3 (OMP_NUM_THREADS=1)" in job.out
     assert "[worker 1] worker 1 on 127.0.0.1 pulled 3 (OMP_NUM_THREADS=1)" in job.out
     assert {p.name for p in tmp_path.glob("*.done")} == {"0.done", "1.done"}
-    assert job.leftovers() == [] and wait_until(lambda: not wrappers(), 10) is True
+    assert job.leftovers() == [] and wait_until(lambda: not wrappers(ssh_config), 10) is True
 
 
 def test_losing_a_worker_on_one_host_stops_both(launch, ssh_config, tmp_path):
@@ -97,17 +105,18 @@ def test_losing_a_worker_on_one_host_stops_both(launch, ssh_config, tmp_path):
     assert job.wait(timeout=120) == 3
     assert "worker 0 on 127.0.0.2 failed first: exit code 3" in job.err
     assert not list(tmp_path.glob("*.done"))
-    assert job.leftovers() == [] and wait_until(lambda: not wrappers(), 10) is True
+    assert job.leftovers() == [] and wait_until(lambda: not wrappers(ssh_config), 10) is True
 
 
 def test_killing_the_launcher_ends_the_remote_processes(launch, ssh_config, tmp_path):
     job = ssh_launch(launch, ssh_config, "-H", "127.0.0.1:1,127.0.0.2:1", "-n", 2, "-s", 1,
                      JOB, "hang", "all")
     wait_until(lambda: len(list(tmp_path.glob("*.hanging"))) == 2, message="the job to run")
+    assert len(wrappers(ssh_config)) == 2  # one remote side per host, found as such
     job.proc.send_signal(signal.SIGKILL)
     job.proc.wait()
     assert job.leftovers(timeout=15) == []
-    assert wait_until(lambda: not wrappers(), 15) is True
+    assert wait_until(lambda: not wrappers(ssh_config), 15) is True
 
 
 def test_a_script_path_with_a_space_and_a_semicolon(launch, ssh_config, tmp_path):
@@ -163,4 +172,4 @@ def test_a_stall_over_ssh_shows_the_remote_stack(launch, ssh_config, tmp_path):
     assert time.monotonic() - stuck_at < 4 + 15
     assert "20 batches" in job.err
     assert "in stuck_forever" in job.err.split("worker 1's stack")[1]
-    assert job.leftovers() == [] and wait_until(lambda: not wrappers(), 10) is True
+    assert job.leftovers() == [] and wait_until(lambda: not wrappers(ssh_config), 10) is True

@@ -61,16 +61,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     # would depend on how many layers the process had made before.
     params = list(params.values()) if hasattr(params, "values") else list(params)
     if dist:
-        # dist_async's servers run the optimizer, which needs each parameter whole (its state,
-        # lr_mult by name, LARS' and LAMB's norms): only updates on the workers are chunked
-        chunks = [parameter_chunks(p, 0 if update_on_kvstore else chunk_bytes) for p in params]
-        count = sum(map(len, chunks))
-        half = compression is not None and compression.kind == "fp16"
-        # fp16: float16 gradient keys after the float32 ones that broadcast the parameters
-        offset = JOB.reserve_keys(kv, count * (2 if half else 1), not update_on_kvstore,
-                                  compression.code if compression is not None else 0.0)
-        JOB.compress(kv, compression)  # 2bit: before this trainer's keys are made
-        kv = _KeyedStore(kv, offset, chunks, cmp.HalfWire(kv, kv.num_workers) if half else None)
+        kv = _keyed(kv, params, update_on_kvstore, chunk_bytes, compression)
     if isinstance(optimizer, mx.optimizer.Optimizer) and optimizer_params:
         raise ValueError("give optimizer_params only with an optimizer name: an "
                          "mx.optimizer.Optimizer instance carries its own settings")
@@ -79,6 +70,21 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     if dist:
         _join(trainer, kv, update_on_kvstore, batch_size)
     return trainer
+
+
+def _keyed(kv, params, update_on_kvstore: bool, chunk_bytes: int,
+           compression: Optional[cmp.Compression]) -> "_KeyedStore":
+    """The trainer's view of the job's distributed kvstore: keys of its own, in chunks."""
+    # dist_async's servers run the optimizer, which needs each parameter whole (its state,
+    # lr_mult by name, LARS' and LAMB's norms): only updates on the workers are chunked
+    chunks = [parameter_chunks(p, 0 if update_on_kvstore else chunk_bytes) for p in params]
+    count = sum(map(len, chunks))
+    half = compression is not None and compression.kind == "fp16"
+    # fp16: float16 gradient keys after the float32 ones that broadcast the parameters
+    offset = JOB.reserve_keys(kv, count * (2 if half else 1), not update_on_kvstore,
+                              compression.code if compression is not None else 0.0)
+    JOB.compress(kv, compression)  # 2bit: before this trainer's keys are made
+    return _KeyedStore(kv, offset, chunks, cmp.HalfWire(kv, kv.num_workers) if half else None)
 
 
 def _join(trainer, kv, update_on_kvstore: bool, batch_size: Optional[int]) -> None:

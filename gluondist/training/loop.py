@@ -86,18 +86,24 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
     run = loop.run
     try:
         _epochs(loop)
-        if run.resizing and not run.stop_training and run.epoch + 1 < run.epochs:
-            # the epoch's checkpoint is written: the launcher starts the job again, larger
-            if run.rank == 0:
-                say(log, f"fit: stopping after epoch {run.epoch + 1}'s checkpoint: the launcher "
-                         "adds workers and resumes")
-            raise SystemExit(elastic.EXIT)
+        _grow_if_asked(run)
     except BaseException as exc:  # Ctrl-C included: callbacks close what they opened
         run.callbacks.on_exception(run, exc)
         raise
     run.callbacks.on_train_end(run)
     mx.nd.waitall()
     return run.history
+
+
+def _grow_if_asked(run) -> None:
+    """The launcher of an elastic job asked for more workers: the epoch's checkpoint is
+    written, so leave (elastic.EXIT) and the launcher starts the job again, larger; after the
+    last epoch there is nothing to grow for."""
+    if run.resizing and not run.stop_training and run.epoch + 1 < run.epochs:
+        if run.rank == 0:
+            say(log, f"fit: stopping after epoch {run.epoch + 1}'s checkpoint: the launcher "
+                     "adds workers and resumes")
+        raise SystemExit(elastic.EXIT)
 
 
 def _epochs(loop: LoopState) -> None:
