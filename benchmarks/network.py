@@ -2,7 +2,7 @@
 (tests/netns.py), each link shaped to RATE both ways with tc tbf. Needs root, ip, tc, sshd.
 
     python benchmarks/network.py [--rate 200mbit] [--mbytes 8] [--repeats 3] [--only PART]
-        [--json FILE]  (the bench's JSON line, for benchmarks/plots.py)
+        [--json FILE] [--samples N]  (the bench's JSON line, for benchmarks/plots.py)
 
 1. Raw TCP between two hosts (benchmarks/tcp_pair.py, the hand-written baseline): one way,
    and both ways at once (the links are full duplex).
@@ -15,7 +15,8 @@
    alternated in one run, --repeats pairs: the median ratio.
 4. (--only compression) The bench with --compression none,fp16,2bit, 2 workers, 1 server on
    the workers' hosts; then fit's samples/s for that model with compression=None, 'fp16' and
-   '2bit', alternated in one run, --repeats rounds: the median ratio of each to None's.
+   '2bit', alternated in one run, --repeats rounds: the median ratio of each to None's
+   (--samples in the fits' data set, 2,048 by default: 16 steps an epoch).
 """
 import argparse
 import os
@@ -62,13 +63,14 @@ def bench(cluster, hosts, mbytes):
     return out.stdout
 
 
-def fit_samples(cluster, hosts, chunk, workdir, compression="none"):
+def fit_samples(cluster, hosts, chunk, workdir, compression="none", samples=512):
     a, b = hosts[:2]
     env = [] if chunk is None else ["--env", f"GLUONDIST_CHUNK_BYTES={chunk}"]
     out = subprocess.run(
         [*GLUONDIST, "launch", "--launcher", "ssh", "--ssh-config", cluster.ssh_config,
          "-H", f"{a}:1,{b}:1", "-n", "2", "-s", "1", *env, os.path.join(HERE, "big_layer.py"),
-         "3", compression], capture_output=True, text=True, timeout=1200, cwd=workdir)
+         "3", compression, str(samples)], capture_output=True, text=True, timeout=1200,
+        cwd=workdir)
     if out.returncode != 0:
         raise SystemExit(out.stderr)
     return float(next(line.split()[-1] for line in out.stdout.splitlines()
@@ -90,7 +92,8 @@ def compression(cluster, hosts, args, workdir):
     ratios = {k: [] for k in kinds[1:]}
     for rep in range(args.repeats):
         order = kinds if rep % 2 == 0 else kinds[::-1]
-        figures = {k: fit_samples(cluster, hosts, None, workdir, k) for k in order}
+        figures = {k: fit_samples(cluster, hosts, None, workdir, k, args.samples)
+                   for k in order}
         for k in kinds[1:]:
             ratios[k].append(figures[k] / figures["none"])
         print(f"round {rep}: fit samples/s " + ", ".join(f"{k} {figures[k]:.1f}" for k in kinds),
@@ -108,6 +111,8 @@ def main():
     parser.add_argument("--only", choices=("tcp", "bench", "fit", "compression"),
                         help="run one part (compression: only when named)")
     parser.add_argument("--json", metavar="FILE", help="write the bench's JSON line to FILE")
+    parser.add_argument("--samples", type=int, default=2048,
+                        help="(compression) the fits' data set: 16 steps an epoch")
     args = parser.parse_args()
     reason = netns.unavailable()
     if reason:

@@ -142,6 +142,9 @@ def _train_epoch(loop: LoopState, epoch: int) -> dict:
     if watch is not None:
         watch.check()
     loop.step.flush()  # a last, partial accumulation
+    # the epoch's last push, pull and update run on in MXNet's engine: they are the epoch's
+    # (without this wait no epoch's time held them, and samples/s read one step too fast)
+    mx.nd.waitall()
     seconds = time.perf_counter() - started
     logs = tally.logs(kvs.allreduce if run.agree else None)
     logs.update(epoch_seconds=seconds, samples_per_s=samples / seconds)
