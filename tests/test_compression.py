@@ -93,6 +93,9 @@ def test_each_compression_in_a_two_worker_job(launch, tmp_path):
     assert not np.array_equal(found["2bit.0.0.weight"], found["fp16.0.0.weight"])
     assert notes["overflow"].startswith("compression='fp16' overflowed: a gradient element")
     assert notes["untouched"] == np.float32(0.1)  # refused before the update
+    assert notes["own_loop"].startswith("compression='fp16' overflowed: a gradient element")
+    assert notes["float16"].startswith("compression='fp16' sends float32 gradients as float16, "
+                                       "and parameter ") and "is float16: cast" in notes["float16"]
     assert notes["differ"].startswith("workers gave different compression=; every worker")
     # allreduce stays exact under 2-bit (fit's metrics and checks use it)
     assert notes["allreduce"] == [(1 + 2 ** -40) * 2, 0.25 + 1.25, -6e300]

@@ -141,7 +141,8 @@ class HalfWire:
     def __init__(self, kv, workers: int):
         self.kv, self.workers = kv, workers
         self.buffers: dict = {}  # float16 key -> its buffer
-        self.sums: List = []  # each pulled sum's sum of elements, until check() reads them
+        self.sums: List = []  # each pulled sum's check value, until check() reads them
+        self._pushed: set = set()  # the keys pushed since check() last ran
 
     def init(self, keys: List[int], sizes: List[int]) -> None:
         """Register the float16 keys (every worker together, as kv.init)."""
@@ -153,6 +154,13 @@ class HalfWire:
         """Sum ``values`` (an array, or one per device) over the workers into ``outs``;
         ``values`` are left scaled by 1/W (the trainer pulls into the arrays it pushes)."""
         import mxnet as mx
+        # A key pushed again: a new step, and the previous one's sums were not read (a
+        # hand-written loop's trainer.step calls no check()): read now, before this push, so
+        # they neither pile up nor go unread. (Within a step Trainer pushes key after key, and
+        # reading a sum there would make the next key's push wait for this key's pull.)
+        if self._pushed.intersection(keys):
+            self.check()
+        self._pushed.update(keys)
         sent = []
         for key, value in zip(keys, values):
             parts = list(value) if isinstance(value, (list, tuple)) else [value]
@@ -179,5 +187,5 @@ class HalfWire:
             self.sums.append(mx.nd.dot(flat, flat))
 
     def check(self) -> None:
-        sums, self.sums = self.sums, []
+        sums, self.sums, self._pushed = self.sums, [], set()
         check_finite(sums, self.workers)

@@ -80,6 +80,11 @@ def _keyed(kv, params, update_on_kvstore: bool, chunk_bytes: int,
     chunks = [parameter_chunks(p, 0 if update_on_kvstore else chunk_bytes) for p in params]
     count = sum(map(len, chunks))
     half = compression is not None and compression.kind == "fp16"
+    other = [p for p in params if half and np.dtype(p.dtype) != np.float32]
+    if other:
+        raise ValueError(f"compression='fp16' sends float32 gradients as float16, and "
+                         f"parameter {other[0].name} is {np.dtype(other[0].dtype).name}: cast "
+                         "the net to float32 (net.cast('float32')), or use compression=None")
     # fp16: float16 gradient keys after the float32 ones that broadcast the parameters
     offset = JOB.reserve_keys(kv, count * (2 if half else 1), not update_on_kvstore,
                               compression.code if compression is not None else 0.0)

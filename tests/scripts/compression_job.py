@@ -137,6 +137,31 @@ def overflow():
 
 
 overflow()
+
+
+def own_loop():
+    """A hand-written loop (trainer.step, no TrainStep): the overflow is raised by the next
+    step's push; a float16 net is refused in one line."""
+    net = linear()
+    trainer = kvstore.make_trainer(net.collect_params(), "sgd", {"learning_rate": LR},
+                                   compression="fp16")
+    gradient(net, *batches(0)[kvstore.rank()])
+    net.weight.grad()[0, 0] = 1e5
+    trainer.step(B * WORKERS)
+    gradient(net, *batches(1)[kvstore.rank()])
+    try:
+        trainer.step(B * WORKERS)
+    except FloatingPointError as exc:
+        notes["own_loop"] = str(exc)
+    half = linear()
+    half.cast("float16")
+    try:
+        kvstore.make_trainer(half.collect_params(), "sgd", compression="fp16")
+    except ValueError as exc:
+        notes["float16"] = str(exc)
+
+
+own_loop()
 try:  # worker 0 asks for fp16, worker 1 for none: refused on both, before any key is made
     kvstore.make_trainer(linear().collect_params(), "sgd", {"learning_rate": LR},
                          compression="fp16" if kvstore.rank() == 0 else None)

@@ -93,10 +93,15 @@ def _library():
         _die(f"mxnet is not installed for {sys.executable}; install it there "
              "(pip install 'mxnet>=1.6,<2', or a GPU build)")
     path = os.path.join(os.path.dirname(spec.origin), "libinfo.py")
-    info = importlib.util.spec_from_file_location("gluondist_mxnet_libinfo", path)
-    libinfo = importlib.util.module_from_spec(info)
-    info.loader.exec_module(libinfo)
-    library = ctypes.CDLL(libinfo.find_lib_path()[0], ctypes.RTLD_LOCAL)
+    try:
+        info = importlib.util.spec_from_file_location("gluondist_mxnet_libinfo", path)
+        libinfo = importlib.util.module_from_spec(info)
+        info.loader.exec_module(libinfo)
+        library = ctypes.CDLL(libinfo.find_lib_path()[0], ctypes.RTLD_LOCAL)
+    except Exception as exc:  # a broken install: no library, a missing dependency of it
+        message = " ".join(str(exc).split())
+        _die(f"mxnet at {os.path.dirname(spec.origin)} cannot load its library ({message}); "
+             f"reinstall it for {sys.executable}")
     library.MXGetLastError.restype = ctypes.c_char_p
     return library
 
@@ -106,6 +111,8 @@ def _import_mxnet():
     (unsafe) server loop while mxnet is imported, unless this process looks like a worker then:
     it asks ps-lite, which reads DMLC_ROLE from the environment each time
     (kvstore_server._init_kvstore_server_module); ps-lite read the real role when it joined."""
+    # (ps-lite's threads run by now: the variable is replaced, never added, so glibc swaps
+    # one pointer in environ and frees nothing that a concurrent getenv could be reading)
     role = os.environ[ev.DMLC_ROLE]
     os.environ[ev.DMLC_ROLE] = "worker"
     try:
