@@ -10,7 +10,7 @@ from typing import Callable, Optional, Tuple
 
 from .child.proctree import signal_tree
 from .errors import LaunchError
-from .hosts import Host, parse_inline
+from .hosts import Host, no_repeats, parse_inline
 
 EVERY = 2.0  # seconds between runs of the script while the job runs
 TIMEOUT = 10.0  # a run that takes longer counts as failed
@@ -55,11 +55,7 @@ def discover(script: str, timeout: float = TIMEOUT) -> Tuple[Host, ...]:
         except LaunchError:
             raise LaunchError(f"{name} printed {line!r}: one HOST[:SLOTS] a line, SLOTS >= 1") \
                 from None
-    names = [h.name for h in hosts]
-    twice = next((n for n in names if names.count(n) > 1), None)
-    if twice is not None:
-        raise LaunchError(f"{name} printed host {twice!r} twice; print its slots once")
-    return tuple(hosts)
+    return no_repeats(hosts, name, "printed", "print")
 
 
 class Watcher:

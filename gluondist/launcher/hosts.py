@@ -38,7 +38,7 @@ def parse_hostfile(text: str, source: str = "hostfile") -> Tuple[Host, ...]:
         hosts.append(Host(m.group("host"), int(m.group("slots") or 1)))
     if not hosts:
         raise LaunchError(f"{source} names no hosts")
-    return _no_repeats(hosts, source)
+    return no_repeats(hosts, source)
 
 
 def parse_inline(text: str, flag: str = "-H") -> Tuple[Host, ...]:
@@ -51,14 +51,17 @@ def parse_inline(text: str, flag: str = "-H") -> Tuple[Host, ...]:
             raise LaunchError(f"{flag} {text!r}: write HOST:{count},HOST:{count} ({count} >= 1; "
                               f"HOST alone means 1)")
         hosts.append(Host(name, int(slots or 1)))
-    return _no_repeats(hosts, f"{flag} {text!r}")
+    return no_repeats(hosts, f"{flag} {text!r}")
 
 
-def _no_repeats(hosts: List[Host], source: str) -> Tuple[Host, ...]:
+def no_repeats(hosts: List[Host], source: str, verb: str = "names",
+               fix: str = "give") -> Tuple[Host, ...]:
+    """``hosts`` as a tuple; LaunchError when ``source`` (a hostfile, -H, a discovery
+    script) ``verb`` a host twice."""
     seen = set()
     for host in hosts:
         if host.name in seen:
-            raise LaunchError(f"{source} names host {host.name!r} twice; give its slots once")
+            raise LaunchError(f"{source} {verb} host {host.name!r} twice; {fix} its slots once")
         seen.add(host.name)
     return tuple(hosts)
 

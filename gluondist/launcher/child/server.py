@@ -24,6 +24,7 @@ import os
 import socket
 import sys
 import traceback
+from typing import NoReturn
 
 from ... import envvars as ev, wire
 from . import SERVER
@@ -111,6 +112,8 @@ def _import_mxnet():
     (unsafe) server loop while mxnet is imported, unless this process looks like a worker then:
     it asks ps-lite, which reads DMLC_ROLE from the environment each time
     (kvstore_server._init_kvstore_server_module); ps-lite read the real role when it joined."""
+    if "mxnet" in sys.modules:  # a later optimizer: the role stays as it is
+        return sys.modules["mxnet"]
     # (ps-lite's threads run by now: the variable is replaced, never added, so glibc swaps
     # one pointer in environ and frees nothing that a concurrent getenv could be reading)
     role = os.environ[ev.DMLC_ROLE]
@@ -141,7 +144,7 @@ def _controller(handle):
     return _fatal_on_error(controller, "the controller raised")
 
 
-def _serve() -> None:
+def _serve() -> NoReturn:
     """Join the job and serve until every worker is done (ps-lite's stop), then end at once:
     the scheduler's and servers' work is over, and C++'s exit-time destructors are skipped."""
     library = _library()
@@ -170,7 +173,6 @@ def main() -> int:
                          f"or server (got {role!r}); gluondist launch sets it\n")
         return 2
     _serve()
-    return 0
 
 
 if __name__ == "__main__":
