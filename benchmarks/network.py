@@ -9,7 +9,8 @@
 2. `gluondist bench kvstore` over ssh, 2 workers, 1 and 2 servers, on the workers' hosts and
    on hosts of their own (--server-hosts), each row chunked as fit sends it and with every
    array whole (--unchunked): step time, the model's prediction and error, and the efficiency
-   against the raw TCP bound (the bench's own probe).
+   against the raw TCP bound (the bench's own probe); --repeats benches, each row's median
+   efficiency.
 3. fit's samples/s across 2 hosts for a model dominated by one 8 MiB layer
    (benchmarks/big_layer.py), chunked (the default) against GLUONDIST_CHUNK_BYTES=0,
    alternated in one run, --repeats pairs: the median ratio.
@@ -19,12 +20,12 @@
    (--samples in the fits' data set, 2,048 by default: 16 steps an epoch).
 """
 import argparse
+import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
@@ -61,6 +62,31 @@ def bench(cluster, hosts, mbytes):
     if out.returncode != 0:
         raise SystemExit(out.stderr)
     return out.stdout
+
+
+def benches(cluster, hosts, args):
+    """Part 2, --repeats times: each row's link efficiency, and its median over the runs; the
+    JSON written is the run whose 1-server colocated row had the median efficiency."""
+    runs = []
+    for rep in range(args.repeats):
+        table = bench(cluster, hosts, args.mbytes)
+        print(table, flush=True)
+        runs.append(json.loads(table.strip().splitlines()[-1]))
+    efficiency = {}
+    for run in runs:
+        for row in run["rows"]:
+            efficiency.setdefault((row["servers"], row["layout"]), []).append(
+                row["link_efficiency"])
+    for (servers, layout), figures in efficiency.items():
+        print(f"{servers} server(s) {layout}: link efficiency "
+              f"{', '.join(f'{e:.3f}' for e in figures)}; median {statistics.median(figures):.3f}",
+              flush=True)
+    key = [(r["servers"], r["layout"]) for r in runs[0]["rows"]][0]
+    runs.sort(key=lambda run: next(r["link_efficiency"] for r in run["rows"]
+                                   if (r["servers"], r["layout"]) == key))
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(json.dumps(runs[len(runs) // 2]) + "\n")
 
 
 def fit_samples(cluster, hosts, chunk, workdir, compression="none", samples=512):
@@ -125,11 +151,7 @@ def main():
             print(f"raw TCP at {args.rate}: {one:.1f} MB/s one way; both ways at once "
                   f"{both[0]:.1f} and {both[1]:.1f} MB/s", flush=True)
         if args.only in (None, "bench"):
-            table = bench(cluster, hosts, args.mbytes)
-            print(table, flush=True)
-            if args.json:
-                with open(args.json, "w") as f:
-                    f.write(table.strip().splitlines()[-1] + "\n")
+            benches(cluster, hosts, args)
         if args.only == "compression":
             return compression(cluster, hosts, args, tmp)
         if args.only not in (None, "fit"):

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 import netns  # noqa: E402
 from gluondist.bench.kvstore import key_sizes, sent_sizes  # noqa: E402
 from gluondist.bench.model import Layout, calibrate, link_bytes  # noqa: E402
-from gluondist.kv.chunks import CHUNK_BYTES  # noqa: E402
+from gluondist.kv.chunks import CHUNK_BYTES, CHUNKS_IN_FLIGHT  # noqa: E402
 
 GLUONDIST = [sys.executable, "-m", "gluondist.cli"]
 STEPS = 8
@@ -99,6 +99,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rate": args.rate, "mbytes": args.mbytes, "steps": STEPS,
+                       "chunk_bytes": CHUNK_BYTES, "chunks_in_flight": CHUNKS_IN_FLIGHT,
                        "calibrated_by": "1 worker, dedicated",
                        "load_1min": [load, os.getloadavg()[0]], "rows": rows}, f, indent=1)
             f.write("\n")

@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .kv.chunks import CHUNK_BYTES, chunk_bounds  # noqa: F401
+from .kv.chunks import CHUNK_BYTES, CHUNKS_IN_FLIGHT, chunk_bounds  # noqa: F401
 from .kv.job import (JOB, MAX_KEY, MAX_REDUCE, REDUCE_BASE, REDUCE_CHUNK, REDUCE_SAFE,  # noqa: F401
                      is_distributed, reduce_keys, resolve_mode, role)
 from .kv.kinds import DIST_KINDS, KINDS, Mode  # noqa: F401

@@ -83,7 +83,7 @@ def _workers_sweep():
 def test_the_workers_sweep_is_modelled_from_one_calibration():
     sweep = _workers_sweep()
     measured = [(w, kind, 1.0, None) for w in (1, 2, 3, 4) for kind in ("colocated", "dedicated")]
-    rows = {(r["workers"], r["layout"]): r for r in sweep.sweep_rows(measured, 8)}
+    rows = {(r["workers"], r["layout"]): r for r in sweep.sweep_rows(measured, 8, 1 << 20)}
     assert rows[1, "colocated"]["predicted_step_s"] is None  # one host: no link crossed
     assert rows[1, "dedicated"]["predicted_step_s"] == pytest.approx(1.0)  # the calibration
     # every server behind one link: W times the bytes, so the same throughput for every W
@@ -104,4 +104,5 @@ def test_the_saved_workers_sweep_is_what_the_model_makes_of_its_step_times():
                 for r in saved["rows"]]
     assert sorted((w, k) for w, k, _, _ in measured) == \
         [(w, k) for w in (1, 2, 3, 4) for k in ("colocated", "dedicated")]
-    assert _workers_sweep().sweep_rows(measured, saved["mbytes"]) == saved["rows"]
+    assert _workers_sweep().sweep_rows(measured, saved["mbytes"], saved["chunk_bytes"]) == \
+        saved["rows"]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import gluondist
-from gluondist.kv.trainer import _KeyedStore
+from gluondist.kv.trainer import Staging, _KeyedStore
 from gluondist.kvstore import CHUNK_BYTES, chunk_bounds, parameter_chunks
 
 from conftest import SCRIPTS
@@ -17,15 +17,16 @@ def test_chunk_bounds():
     assert chunk_bounds(10, 4, 40) == [(0, 10)]
     assert chunk_bounds(10, 4, 0) == [(0, 10)]
     assert chunk_bounds(3, 4, 2) == [(0, 1), (1, 2), (2, 3)]  # below one element: one each
-    # 1.07 MiB of float32 at the default size: two chunks, each below MXNet's big-array bound
-    assert chunk_bounds(256 * 1100, 4, CHUNK_BYTES) == [(0, 140800), (140800, 281600)]
+    # 0.54 MiB of float32 at the default size (512 KiB): two chunks, each below MXNet's
+    # big-array bound
+    assert chunk_bounds(128 * 1100, 4, CHUNK_BYTES) == [(0, 70400), (70400, 140800)]
 
 
 def test_parameter_chunks_follow_dtype_and_leave_sparse_whole():
-    dense = mx.gluon.Parameter("w", shape=(300, 1000), dtype="float16")
-    assert len(parameter_chunks(dense, CHUNK_BYTES)) == 1  # 600,000 bytes
-    dense64 = mx.gluon.Parameter("w", shape=(300, 1000), dtype="float64")
-    assert len(parameter_chunks(dense64, CHUNK_BYTES)) == 3  # 2.4 MB
+    dense = mx.gluon.Parameter("w", shape=(200, 1000), dtype="float16")
+    assert len(parameter_chunks(dense, CHUNK_BYTES)) == 1  # 400,000 bytes
+    dense64 = mx.gluon.Parameter("w", shape=(200, 1000), dtype="float64")
+    assert len(parameter_chunks(dense64, CHUNK_BYTES)) == 4  # 1.6 MB
     sparse = mx.gluon.Parameter("e", shape=(1000, 1000), stype="row_sparse",
                                 grad_stype="row_sparse")
     assert parameter_chunks(sparse, 1024) == [(0, 1000000)]
@@ -35,7 +36,8 @@ def test_a_chunked_store_moves_the_same_numbers_as_a_whole_one():
     """On a real (local) kvstore: one chunked and one whole parameter, two devices."""
     shapes = [(4, 5), (3,)]
     whole = _KeyedStore(mx.kv.create("local"), 0, [[(0, 20)], [(0, 3)]])
-    chunked = _KeyedStore(mx.kv.create("local"), 7, [chunk_bounds(20, 4, 24), [(0, 3)]])
+    chunked = _KeyedStore(mx.kv.create("local"), 7, [chunk_bounds(20, 4, 24), [(0, 3)]],
+                          Staging(2, 6))
     results = []
     for store in (whole, chunked):
         store.init([0, 1], [mx.nd.arange(20).reshape(shapes[0]), mx.nd.ones(shapes[1])])
@@ -50,29 +52,33 @@ def test_a_chunked_store_moves_the_same_numbers_as_a_whole_one():
     assert np.array_equal(results[1][0], np.arange(20).reshape(shapes[0]) * 3)
 
 
-def test_one_devices_chunks_travel_through_staging_arrays_and_land_in_place():
-    store = _KeyedStore(mx.kv.create("local"), 0, [chunk_bounds(20, 4, 24)])
+@pytest.mark.parametrize("slots", [0, 1, 2])
+def test_one_devices_chunks_travel_through_staging_arrays_and_land_in_place(slots):
+    store = _KeyedStore(mx.kv.create("local"), 0, [chunk_bounds(20, 4, 24)], Staging(slots, 5))
     store.init(0, mx.nd.zeros((4, 5)))
     grad = mx.nd.arange(20).reshape((4, 5))
     store.pushpull(0, grad)  # in place, one device: staged
     assert np.array_equal(grad.asnumpy(), np.arange(20).reshape((4, 5)))
-    assert sorted(store._buffers) == [0, 1, 2, 3]  # one staging array per chunk, kept
+    # bounded: the 4 chunks share the slots' arrays; unbounded: one per chunk, kept
+    assert sorted(s for s, *_ in store.staging._arrays) == (
+        list(range(slots)) if slots else [("key", k) for k in range(4)])
     out = mx.nd.zeros((4, 5))
     store.pushpull(0, [grad * 2], out=[out])
     assert np.array_equal(out.asnumpy(), np.arange(20).reshape((4, 5)) * 2)
+    assert len(store.staging._arrays) == (slots or 4)
 
 
 def test_several_devices_chunks_are_staged_per_device():
     # a view counts as its whole array for MXNet's engine, on every device: each device's part
     # of a chunk gets a staging array, so chunk k's pull need not wait for chunk k+1's push
-    store = _KeyedStore(mx.kv.create("local"), 0, [chunk_bounds(20, 4, 24)])
+    store = _KeyedStore(mx.kv.create("local"), 0, [chunk_bounds(20, 4, 24)], Staging(2, 5))
     store.init(0, mx.nd.zeros((4, 5)))
     grads = [mx.nd.arange(20).reshape((4, 5)) * (d + 1) for d in range(2)]
     store.pushpull(0, grads)
     for g in grads:
         assert np.array_equal(g.asnumpy(), np.arange(20).reshape((4, 5)) * 3)
-    assert sorted(store._buffers) == [0, 1, 2, 3]
-    assert all(len(bufs) == 2 for bufs in store._buffers.values())
+    assert sorted((s, d) for s, d, *_ in store.staging._arrays) == [(0, 0), (0, 1), (1, 0),
+                                                                     (1, 1)]
 
 
 @pytest.mark.parametrize("text", ["1MB", "1e6", "", "-5", "4"])

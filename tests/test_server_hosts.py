@@ -61,7 +61,8 @@ def test_the_bench_runs_both_layouts_on_their_hosts_and_models_their_links(clust
     a, b, s, t = cluster.hosts
     out = run_cli("bench", "kvstore", "--launcher", "ssh", "--ssh-config", cluster.ssh_config,
                   "-H", f"{a}:1,{b}:1", "--server-hosts", f"{s},{t}", "-n", 2,
-                  "--servers", 2, "--mbytes", 2, "--keys", 1, "--steps", 1, "--json",
+                  "--servers", 2, "--mbytes", 2, "--keys", 1, "--steps", 1,
+                  "--chunk-bytes", 1 << 20, "--json",
                   timeout=600)
     assert out.returncode == 0, out.stderr
     print(out.stdout)

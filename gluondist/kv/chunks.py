@@ -13,30 +13,53 @@ from .. import envvars
 # computed in a C int; bigger arrays are sliced over every server without that product.
 SERVER_HASH = 9973
 
-# 1 MiB: an 8 MB gradient then travels as 8 chunks, within a few percent of the same bytes in
-# 32 arrays on a link-bound job (benchmarks/), while a model of small layers sends as before.
-# Each chunk is below MXNet's big-array bound, so it goes whole to one server, and consecutive
-# keys alternate between servers ((key * SERVER_HASH) % servers).
-CHUNK_BYTES = 1 << 20
+# 512 KiB: the pull of a step's last chunk, which no push overlaps, is then 1/16 of an 8 MB
+# gradient's time (1 MiB capped a link-bound job near 0.89 of raw TCP); smaller chunks cost
+# more per byte on a fast link (each is a message for the server, and Python's calls).
+# A model of small layers sends as before. Each chunk is below MXNet's big-array bound, so it
+# goes whole to one server, and consecutive keys alternate between servers
+# ((key * SERVER_HASH) % servers).
+CHUNK_BYTES = 1 << 19
 
 
 MIN_CHUNK_BYTES = 1024  # below this the keys, not the bytes, would cost the time
+
+# Chunks a worker has on the wire at once: pushed, their sums not yet pulled back (as BytePS's
+# scheduling credit). Pushes beyond these only wait in the link's queue, where the TCP
+# acknowledgements of the pulls coming the other way wait behind them, and the pulls slow
+# down. On two namespace hosts at 200 Mbit/s (docs/servers.md) raw TCP in this pattern
+# reached 0.82-0.91 of a one-way stream with every 1 MiB chunk in flight, 0.99 with two of
+# 256 KiB. 0: no bound.
+CHUNKS_IN_FLIGHT = 2
 
 
 def chunk_bytes_from_env() -> int:
     """``GLUONDIST_CHUNK_BYTES`` (else CHUNK_BYTES), checked: 0, or a whole number of bytes of
     at least MIN_CHUNK_BYTES."""
-    text = os.environ.get(envvars.GLUONDIST_CHUNK_BYTES)
+    return _whole(envvars.GLUONDIST_CHUNK_BYTES, CHUNK_BYTES, MIN_CHUNK_BYTES,
+                  f"bytes, at least {MIN_CHUNK_BYTES} (such as 1048576), or 0 to send every "
+                  "array whole")
+
+
+def chunks_in_flight_from_env() -> int:
+    """``GLUONDIST_CHUNKS_IN_FLIGHT`` (else CHUNKS_IN_FLIGHT), checked: 0 (no bound), or a
+    whole number of chunks."""
+    return _whole(envvars.GLUONDIST_CHUNKS_IN_FLIGHT, CHUNKS_IN_FLIGHT, 1,
+                  "chunks (such as 2), or 0 for no bound")
+
+
+def _whole(name: str, default: int, least: int, what: str) -> int:
+    """Environment variable ``name``: 0 or a whole number of at least ``least``; else one line
+    asking for ``what``."""
+    text = os.environ.get(name)
     if text is None:
-        return CHUNK_BYTES
+        return default
     try:
         value = int(text)
     except ValueError:
         value = -1
-    if value != 0 and value < MIN_CHUNK_BYTES:
-        raise ValueError(f"{envvars.GLUONDIST_CHUNK_BYTES}={text!r}: give a whole number of "
-                         f"bytes, at least {MIN_CHUNK_BYTES} (such as 1048576), or 0 to send "
-                         "every array whole")
+    if value != 0 and value < least:
+        raise ValueError(f"{name}={text!r}: give a whole number of {what}")
     return value
 
 

@@ -135,56 +135,59 @@ def decode_bits(summed: np.ndarray, n: int, workers: int, threshold: float) -> n
 
 
 class HalfWire:
-    """The float16 traffic of one trainer's gradients (see the module's docstring): a float16
-    key, and a float16 buffer made once, per MXNet key of the trainer's gradients."""
+    """The float16 wire of one trainer's gradients (see the module's docstring), for
+    kv/trainer.py's pushpull: each MXNet key k of the trainer's gradients travels on float16
+    key k + ``count``, cast into a staging array; the sum is cast back into the gradient."""
 
-    def __init__(self, kv, workers: int):
-        self.kv, self.workers = kv, workers
-        self.buffers: dict = {}  # float16 key -> its buffer
+    def __init__(self, workers: int, count: int):
+        self.workers, self.count = workers, count
         self.sums: List = []  # each pulled sum's check value, until check() reads them
         self._pushed: set = set()  # the keys pushed since check() last ran
 
-    def init(self, keys: List[int], sizes: List[int]) -> None:
+    def init(self, kv, keys: List[int], sizes: List[int]) -> None:
         """Register the float16 keys (every worker together, as kv.init)."""
         import mxnet as mx
-        self.buffers = {k: mx.nd.zeros((n,), dtype="float16") for k, n in zip(keys, sizes)}
-        self.kv.init(list(keys), [mx.nd.zeros((n,), dtype="float16") for n in sizes])
+        kv.init(list(keys), [mx.nd.zeros((n,), dtype="float16") for n in sizes])
 
-    def pushpull(self, keys: List[int], values: List, outs: List) -> None:
-        """Sum ``values`` (an array, or one per device) over the workers into ``outs``;
-        ``values`` are left scaled by 1/W (the trainer pulls into the arrays it pushes)."""
-        import mxnet as mx
-        # A key pushed again: a new step, and the previous one's sums were not read (a
-        # hand-written loop's trainer.step calls no check()): read now, before this push, so
-        # they neither pile up nor go unread. (Within a step Trainer pushes key after key, and
-        # reading a sum there would make the next key's push wait for this key's pull.)
+    def begin(self, keys: List[int]) -> None:
+        """A key pushed again: a new step, and the previous one's sums were not read (a
+        hand-written loop's trainer.step calls no check()): read now, before this push, so
+        they neither pile up nor go unread. (Within a step Trainer pushes key after key, and
+        reading a sum there would make the next key's push wait for this key's pull.)"""
         if self._pushed.intersection(keys):
             self.check()
         self._pushed.update(keys)
-        sent = []
-        for key, value in zip(keys, values):
-            parts = list(value) if isinstance(value, (list, tuple)) else [value]
-            total = parts[0] if len(parts) == 1 else \
-                mx.nd.add_n(*[p.as_in_context(parts[0].context) for p in parts])
-            buf = self.buffers[key]
-            # in place: a scaled copy took twice as long as the cast (a new array each step)
-            total *= 1.0 / self.workers
-            mx.nd.Cast(total.reshape((-1,)), dtype="float16", out=buf)
-            sent.append(buf)
-        # one call: the pull of one key overlaps the push of the next
-        self.kv.pushpull(list(keys), sent, out=sent)
-        for buf, out in zip(sent, outs):
-            targets = out if isinstance(out, (list, tuple)) else [out]
-            for target in targets:
-                mx.nd.Cast(buf.as_in_context(target.context).reshape(target.shape),
-                           dtype="float32", out=target)
-                target *= self.workers
-            # an overflow left an infinity (or NaN) in the sum, and so in this float32 dot
-            # product of it with itself (finite elements cannot overflow it: 2**31 of them at
-            # most, each square below (65504 W)**2); BLAS's dot takes a tenth of the time of
-            # MXNet's sum, a fiftieth of its reductions on float16
-            flat = targets[0].reshape((-1,))
-            self.sums.append(mx.nd.dot(flat, flat))
+
+    def key(self, key: int) -> int:
+        return key + self.count
+
+    def stage(self, key: int, parts, staging, chunk: bool) -> list:
+        """The sum of ``parts`` (one per device), scaled by 1/W in place (the trainer pulls
+        into the arrays it pushes) and cast into a float16 staging array."""
+        import mxnet as mx
+        total = parts[0] if len(parts) == 1 else \
+            mx.nd.add_n(*[p.as_in_context(parts[0].context) for p in parts])
+        flat = total.reshape((-1,))
+        buf = staging.take(self.key(key), [flat], "float16", chunk)[0]
+        # in place: a scaled copy took twice as long as the cast (a new array each step)
+        total *= 1.0 / self.workers
+        mx.nd.Cast(flat, dtype="float16", out=buf)
+        return [buf]
+
+    def land(self, bufs, out) -> None:
+        """The pulled float16 sum, cast into ``out`` (one array per device) and scaled back."""
+        import mxnet as mx
+        targets = out if isinstance(out, (list, tuple)) else [out]
+        for target in targets:
+            mx.nd.Cast(bufs[0].as_in_context(target.context).reshape(target.shape),
+                       dtype="float32", out=target)
+            target *= self.workers
+        # an overflow left an infinity (or NaN) in the sum, and so in this float32 dot
+        # product of it with itself (finite elements cannot overflow it: 2**31 of them at
+        # most, each square below (65504 W)**2); BLAS's dot takes a tenth of the time of
+        # MXNet's sum, a fiftieth of its reductions on float16
+        flat = targets[0].reshape((-1,))
+        self.sums.append(mx.nd.dot(flat, flat))
 
     def check(self) -> None:
         sums, self.sums, self._pushed = self.sums, [], set()

@@ -4,6 +4,7 @@ step of one batch for each mode (:class:`TrainStep`). See :mod:`gluondist.kvstor
 copied recipes get wrong."""
 from __future__ import annotations
 
+from collections import deque
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -11,7 +12,7 @@ import numpy as np
 from .. import parallel
 from .._mx import mx
 from . import compression as cmp
-from .chunks import chunk_bounds, chunk_bytes_from_env
+from .chunks import chunk_bounds, chunk_bytes_from_env, chunks_in_flight_from_env
 from .job import JOB
 from .kinds import Mode
 from .safepickle import check_sendable
@@ -89,7 +90,11 @@ def _keyed(kv, params, update_on_kvstore: bool, chunk_bytes: int,
     offset = JOB.reserve_keys(kv, count * (2 if half else 1), not update_on_kvstore,
                               compression.code if compression is not None else 0.0)
     JOB.compress(kv, compression)  # 2bit: before this trainer's keys are made
-    return _KeyedStore(kv, offset, chunks, cmp.HalfWire(kv, kv.num_workers) if half else None)
+    # the staging slots: as big as the largest chunk of a gradient cut in several
+    staging = Staging(chunks_in_flight_from_env(),
+                      max((b - a for c in chunks if len(c) > 1 for a, b in c), default=0))
+    return _KeyedStore(kv, offset, chunks, staging,
+                       cmp.HalfWire(kv.num_workers, count) if half else None)
 
 
 def _join(trainer, kv, update_on_kvstore: bool, batch_size: Optional[int]) -> None:
@@ -111,7 +116,7 @@ def _join(trainer, kv, update_on_kvstore: bool, batch_size: Optional[int]) -> No
     trainer._init_kvstore()
     trainer._init_params()
     if kv.half is not None:
-        kv.half.init(kv.half_keys(), [b - a for c in kv._chunks for a, b in c])
+        kv.half.init(kv._kv, kv.half_keys(), [b - a for c in kv._chunks for a, b in c])
     mx.nd.waitall()
     kv._barrier()
 
@@ -124,6 +129,74 @@ def parameter_chunks(param, chunk_bytes: int) -> List[Tuple[int, int]]:
     return chunk_bounds(size, np.dtype(param.dtype).itemsize, chunk_bytes)
 
 
+class Staging:
+    """The arrays a trainer's chunks travel through, which also bound how many are on the
+    wire (CHUNKS_IN_FLIGHT). MXNet's engine orders operations per array, and a view counts as
+    its whole array: the chunks of one gradient, sent as views of it, would each wait for all
+    of them to be pushed before any pull. So each chunk is copied into a staging array, one
+    per device, and pulled back through it.
+
+    With ``slots`` > 0, chunks take the slots in turn (views of arrays of ``elements``
+    elements, made once); the trainer copies chunk i + slots in only after chunk i's sum was
+    copied out, so at most ``slots`` chunks are in flight. With 0, and for an array that is
+    not a chunk (fp16 casts every gradient), a key has an array of its own."""
+
+    def __init__(self, slots: int, elements: int):
+        self.slots, self.elements = slots, elements
+        self._turn = 0
+        self._arrays: dict = {}  # (slot, device, context, dtype) -> the slot's array
+        self._views: dict = {}  # (slot, MXNet key, dtype) -> views of them for that key
+
+    def take(self, key: int, like, dtype=None, chunk: bool = True) -> list:
+        """Staging views for MXNet key ``key``'s arrays ``like`` (one per device), shaped as
+        they are, of ``dtype`` (default theirs); in the next slot if ``chunk``."""
+        slot = ("key", key)
+        if chunk and self.slots:
+            slot, self._turn = self._turn % self.slots, self._turn + 1
+        views = self._views.get((slot, key, dtype))  # made once: slicing costs more than a copy
+        if views is None:
+            views = self._views[slot, key, dtype] = [
+                self._array(slot, device, array, dtype)[:array.size].reshape(array.shape)
+                for device, array in enumerate(like)]
+        return views
+
+    def _array(self, slot, device: int, like, dtype) -> "mx.nd.NDArray":
+        name = (slot, device, like.context, np.dtype(dtype or like.dtype))
+        made = self._arrays.get(name)
+        if made is None:
+            size = self.elements if isinstance(slot, int) else like.size
+            made = self._arrays[name] = mx.nd.empty((size,), like.context, name[3])
+        return made
+
+
+class _Plain:
+    """The float32 wire (see compression.HalfWire for float16's): a chunk is copied into its
+    staging arrays and its sum copied back out."""
+
+    @staticmethod
+    def begin(keys) -> None:
+        pass
+
+    @staticmethod
+    def key(key: int) -> int:
+        return key
+
+    @staticmethod
+    def stage(key: int, parts, staging: "Staging", chunk: bool) -> list:
+        bufs = staging.take(key, parts, chunk=chunk)
+        for part, buf in zip(parts, bufs):
+            part.copyto(buf)
+        return bufs
+
+    @staticmethod
+    def land(bufs, out) -> None:
+        for buf, target in zip(bufs, out if isinstance(out, (list, tuple)) else [out]):
+            buf.copyto(target)
+
+
+_PLAIN = _Plain()
+
+
 class _KeyedStore(mx.kv.KVStoreBase):
     """The process's distributed kvstore as one trainer sees it.
 
@@ -133,13 +206,15 @@ class _KeyedStore(mx.kv.KVStoreBase):
     ranges) gets one key per chunk, and its arrays travel as views of those ranges."""
 
     def __init__(self, kv, offset: int, chunks: Sequence[Sequence[Tuple[int, int]]],
-                 half: Optional[cmp.HalfWire] = None):
+                 staging: Optional["Staging"] = None, half: Optional[cmp.HalfWire] = None):
         self._kv, self._chunks, self.half = kv, [list(c) for c in chunks], half
         self._count = sum(len(c) for c in chunks)  # fp16: key k's gradient goes on k + count
         self._first = list(offset + np.cumsum([0] + [len(c) for c in chunks[:-1]]))
+        self.staging = staging or Staging(0, 0)
+        # MXNet keys of the chunks of a gradient cut in several (see pushpull)
         self._staged = {int(f) + j for f, c in zip(self._first, self._chunks) if len(c) > 1
-                        for j in range(len(c))}  # MXNet keys of chunks (see pushpull)
-        self._buffers: dict = {}  # such a key -> its staging array
+                        for j in range(len(c))}
+        self._cuts: dict = {}  # trainer key -> (the arrays last cut, their chunks' views)
 
     def _split(self, key, value=None):
         """MXNet's keys and values for trainer key(s) ``key`` and their value(s): a chunked
@@ -157,17 +232,24 @@ class _KeyedStore(mx.kv.KVStoreBase):
                 out_values.append(v)
                 continue
             out_keys += range(first, first + len(bounds))
-            if v is None:
-                out_values += [None] * len(bounds)
-            elif isinstance(v, (list, tuple)):
-                flat = [a.reshape((-1,)) for a in v]
-                out_values += [[f[a:b] for f in flat] for a, b in bounds]
-            else:
-                flat = v.reshape((-1,))
-                out_values += [flat[a:b] for a, b in bounds]
+            out_values += [None] * len(bounds) if v is None else self._cut(k, v, bounds)
         if not many and len(out_keys) == 1:
             return out_keys[0], out_values[0]
         return out_keys, (None if value is None else out_values)
+
+    def _cut(self, key: int, value, bounds) -> list:
+        """The chunks' views of ``value`` (an array, or a list of one per device), kept for
+        the arrays last cut under ``key``: Trainer passes the same gradients every step, and
+        slicing costs more than the copy."""
+        arrays = list(value) if isinstance(value, (list, tuple)) else [value]
+        kept = self._cuts.get(key)
+        if kept is None or len(kept[0]) != len(arrays) or \
+                any(a is not b for a, b in zip(kept[0], arrays)):
+            flat = [a.reshape((-1,)) for a in arrays]
+            views = [[f[a:b] for f in flat] for a, b in bounds]
+            kept = self._cuts[key] = (arrays, [v if isinstance(value, (list, tuple)) else v[0]
+                                               for v in views])
+        return kept[1]
 
     def init(self, key, value):
         return self._kv.init(*self._split(key, value))
@@ -184,44 +266,43 @@ class _KeyedStore(mx.kv.KVStoreBase):
         return self._kv.pull(keys, out=outs, priority=priority, ignore_sparse=ignore_sparse)
 
     def pushpull(self, key, value, out=None, priority=0):
-        """What ``Trainer`` calls every step. MXNet's engine orders operations per array, and
-        a view is its array: the pull into one chunk would wait for the push of every chunk.
-        So each device's part of a chunk travels through a staging array of its own (made
-        once; a memory copy each way), which lets chunk k's pull overlap chunk k+1's push."""
+        """What ``Trainer`` calls every step: chunks travel through staging arrays (see
+        Staging; a memory copy each way), a gradient sent whole as it is (float16: cast into
+        an array of its own)."""
         keys, values = self._split(key, value)
         outs = values if out is None else self._split(key, out)[1]
-        if self.half is not None:
-            many = isinstance(keys, list)
-            return self.half.pushpull([k + self._count for k in (keys if many else [keys])],
-                                      values if many else [values], outs if many else [outs])
-        if not isinstance(keys, list):
-            return self._pushpull(keys, values, None if out is None else outs, priority)
-        sent, received, back = [], [], []
+        many = isinstance(keys, list)
+        keys, values, outs = (keys, values, outs) if many else ([keys], [values], [outs])
+        wire = self.half or _PLAIN
+        wire.begin(keys)
+        # Issued in this order (every call returns at once; MXNet's engine runs each operation
+        # after the earlier ones on its arrays): chunk i + slots is staged after chunk i was
+        # landed, and so waits for its slot; chunk i + 1 before, as landing in the gradient
+        # makes every later use of it wait.
+        waiting: deque = deque()
         for k, v, o in zip(keys, values, outs):
-            if k not in self._staged:
-                sent.append(v)
-                received.append(o)
-                continue
             parts = list(v) if isinstance(v, (list, tuple)) else [v]
-            bufs = self._buffers.get(k)
-            if bufs is None:
-                bufs = self._buffers[k] = [mx.nd.empty(p.shape, p.context, p.dtype)
-                                           for p in parts]
-            for part, buf in zip(parts, bufs):
-                part.copyto(buf)
-            staged = bufs if isinstance(v, (list, tuple)) else bufs[0]
-            sent.append(staged)
-            received.append(staged)
-            back += zip(bufs, o if isinstance(o, (list, tuple)) else [o])
-        self._pushpull(keys, sent, received, priority)
-        for buf, target in back:
-            buf.copyto(target)
+            chunk = k in self._staged
+            if not chunk and self.half is None:  # as it is
+                self._pushpull([k], [v], [o], priority)
+                continue
+            if chunk and len(waiting) == self.staging.slots > 0:
+                wire.land(*waiting.popleft())
+            bufs = wire.stage(k, parts, self.staging, chunk)
+            staged = bufs if len(bufs) > 1 else bufs[0]
+            self._pushpull([wire.key(k)], [staged], [staged], priority)
+            if chunk:
+                waiting.append((bufs, o))
+            else:
+                wire.land(bufs, o)
+        for bufs, o in waiting:
+            wire.land(bufs, o)
 
     def _pushpull(self, keys, values, outs, priority) -> None:
         if JOB.compression is None:
             return self._kv.pushpull(keys, values, out=outs, priority=priority)
         self._kv.push(keys, values, priority=priority)  # 2-bit refuses pushpull
-        return self._kv.pull(keys, out=values if outs is None else outs, priority=priority)
+        return self._kv.pull(keys, out=outs, priority=priority)
 
     def half_keys(self) -> List[int]:
         """The float16 keys of fp16's gradients, in the order of the chunks."""

@@ -6,7 +6,7 @@ the heartbeat 3 times, writes FAKE_DIR/<rank>.hanging, then sleeps); ``stubborn 
 ignoring SIGTERM, with a child in a process group of its own that writes
 FAKE_DIR/<its parent's pid>.grandchild); ``nojoin ON`` (never joins); ``flaky CODE ON`` (exits
 CODE on the first attempt, succeeds on a restart); ``sleep SECONDS``; ``beat SECONDS`` (a
-heartbeat every 0.1 s); ``busy SECONDS`` (half a core, no heartbeat); ``quiet ON`` (no heartbeat, idle
+heartbeat every 0.1 s); ``busy SECONDS`` (CPU, no heartbeat); ``quiet ON`` (no heartbeat, idle
 forever); ``late SECONDS`` (joins that late); ``epochs WORKERS [MOST]`` (epochs of 0.1 s until the
 job has WORKERS workers, or MOST epochs ran, leaving with gluondist.elastic.EXIT when the launcher asks; each
 worker appends the job's worker count to FAKE_DIR/workers); ``unicode ON`` (writes 3,000 lines of UTF-8, more
@@ -103,9 +103,4 @@ while time.monotonic() < end:
     if action == "beat":
         heartbeat.beat()
         time.sleep(0.1)
-    elif action == "busy":  # half a core: as much as a worker loading data may use
-        spin = time.monotonic() + 0.02
-        while time.monotonic() < spin:
-            pass
-        time.sleep(0.02)
 fake_node.done()
