@@ -27,7 +27,8 @@ GLUONDIST_RANK = "GLUONDIST_RANK"  # the launcher's rank for this worker
 GLUONDIST_KVSTORE = "GLUONDIST_KVSTORE"  # what kvstore='auto' means inside a launched job
 # Bytes per kvstore chunk of a big gradient in sync modes (gluondist.kvstore.CHUNK_BYTES; 0: whole)
 GLUONDIST_CHUNK_BYTES = "GLUONDIST_CHUNK_BYTES"
-# Chunks a worker has pushed and not yet pulled back, at most (gluondist.kvstore.CHUNKS_IN_FLIGHT)
+# Chunks a worker has pushed to each server and not yet pulled back, at most
+# (gluondist.kvstore.CHUNKS_IN_FLIGHT; 0: no bound)
 GLUONDIST_CHUNKS_IN_FLIGHT = "GLUONDIST_CHUNKS_IN_FLIGHT"
 GLUONDIST_RESTART_COUNT = "GLUONDIST_RESTART_COUNT"  # 0 on the first attempt, then 1, 2, ...
 # Set by the launcher for a worker's process only when stall detection is on: the number of an

@@ -4,12 +4,13 @@ step of one batch for each mode (:class:`TrainStep`). See :mod:`gluondist.kvstor
 copied recipes get wrong."""
 from __future__ import annotations
 
+import os
 from collections import deque
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import parallel
+from .. import envvars as ev, parallel
 from .._mx import mx
 from . import compression as cmp
 from .chunks import chunk_bounds, chunk_bytes_from_env, chunks_in_flight_from_env
@@ -90,8 +91,10 @@ def _keyed(kv, params, update_on_kvstore: bool, chunk_bytes: int,
     offset = JOB.reserve_keys(kv, count * (2 if half else 1), not update_on_kvstore,
                               compression.code if compression is not None else 0.0)
     JOB.compress(kv, compression)  # 2bit: before this trainer's keys are made
-    # the staging slots: as big as the largest chunk of a gradient cut in several
-    staging = Staging(chunks_in_flight_from_env(),
+    # the staging slots: CHUNKS_IN_FLIGHT per server (consecutive chunks go to different
+    # servers), as big as the largest chunk of a gradient cut in several
+    servers = int(os.environ.get(ev.DMLC_NUM_SERVER, "1"))
+    staging = Staging(chunks_in_flight_from_env() * servers,
                       max((b - a for c in chunks if len(c) > 1 for a, b in c), default=0))
     return _KeyedStore(kv, offset, chunks, staging,
                        cmp.HalfWire(kv.num_workers, count) if half else None)
