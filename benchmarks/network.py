@@ -2,12 +2,13 @@
 (tests/netns.py), each link shaped to RATE both ways with tc tbf. Needs root, ip, tc, sshd.
 
     python benchmarks/network.py [--rate 200mbit] [--mbytes 8] [--repeats 3] [--only PART]
-        [--json FILE] [--samples N]  (the bench's JSON line, for benchmarks/plots.py)
+        [--workers 2] [--json FILE] [--samples N]  (--json: the bench's JSON line, for
+        benchmarks/plots.py)
 
 1. Raw TCP between two hosts (benchmarks/tcp_pair.py, the hand-written baseline): one way,
    and both ways at once (the links are full duplex).
-2. `gluondist bench kvstore` over ssh, 2 workers, 1 and 2 servers, on the workers' hosts and
-   on hosts of their own (--server-hosts), each row chunked as fit sends it and with every
+2. `gluondist bench kvstore` over ssh, 2 workers (--workers W), 1 to W servers, on the
+   workers' hosts and on hosts of their own (--server-hosts), each row chunked as fit sends it and with every
    array whole (--unchunked): step time, the model's prediction and error, and the efficiency
    against the raw TCP bound (the bench's own probe); --repeats benches, each row's median
    efficiency.
@@ -52,13 +53,16 @@ def raw_tcp(cluster, a, b, mbytes, both=False):
     return [float(r.communicate(timeout=60)[0]) / 2 ** 20 for r in receivers]
 
 
-def bench(cluster, hosts, mbytes):
-    a, b, s, t = hosts
+def bench(cluster, hosts, mbytes, workers=2):
+    """W workers on the first W hosts, 1 to W servers on them and on the next W."""
+    mine, theirs = hosts[:workers], hosts[workers:2 * workers]
     out = subprocess.run(
         [*GLUONDIST, "bench", "kvstore", "--launcher", "ssh", "--ssh-config",
-         cluster.ssh_config, "-H", f"{a}:1,{b}:1", "--server-hosts", f"{s},{t}", "-n", "2",
-         "--servers", "1,2", "--mbytes", str(mbytes), "--keys", "1", "--steps", "8",
-         "--unchunked", "--json"], capture_output=True, text=True, timeout=1200)
+         cluster.ssh_config, "-H", ",".join(f"{h}:1" for h in mine), "--server-hosts",
+         ",".join(theirs), "-n", str(workers), "--servers",
+         ",".join(str(s) for s in range(1, workers + 1)), "--mbytes", str(mbytes), "--keys",
+         "1", "--steps", "8", "--unchunked", "--json"],
+        capture_output=True, text=True, timeout=1200)
     if out.returncode != 0:
         raise SystemExit(out.stderr)
     return out.stdout
@@ -69,7 +73,7 @@ def benches(cluster, hosts, args):
     JSON written is the run whose 1-server colocated row had the median efficiency."""
     runs = []
     for rep in range(args.repeats):
-        table = bench(cluster, hosts, args.mbytes)
+        table = bench(cluster, hosts, args.mbytes, args.workers)
         print(table, flush=True)
         runs.append(json.loads(table.strip().splitlines()[-1]))
     efficiency = {}
@@ -134,6 +138,8 @@ def main():
     parser.add_argument("--rate", default="200mbit")
     parser.add_argument("--mbytes", type=float, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2,
+                        help="(bench) workers, each on a host of its own; 1 to W servers")
     parser.add_argument("--only", choices=("tcp", "bench", "fit", "compression"),
                         help="run one part (compression: only when named)")
     parser.add_argument("--json", metavar="FILE", help="write the bench's JSON line to FILE")
@@ -143,7 +149,8 @@ def main():
     reason = netns.unavailable()
     if reason:
         raise SystemExit(reason)
-    with tempfile.TemporaryDirectory() as tmp, netns.Cluster(4, tmp, rate=args.rate) as cluster:
+    size = max(4, 2 * args.workers)
+    with tempfile.TemporaryDirectory() as tmp, netns.Cluster(size, tmp, rate=args.rate) as cluster:
         hosts = cluster.hosts
         if args.only in (None, "tcp"):
             one = raw_tcp(cluster, hosts[0], hosts[1], 4 * args.mbytes)[0]

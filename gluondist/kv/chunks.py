@@ -27,9 +27,10 @@ MIN_CHUNK_BYTES = 1024  # below this the keys, not the bytes, would cost the tim
 # Chunks a worker has on the wire at once, per server: pushed, their sums not yet pulled back
 # (as BytePS's scheduling credit). Pushes beyond these only wait in the link's queue, where
 # the TCP acknowledgements of the pulls coming the other way wait behind them, and the pulls
-# slow down. On two namespace hosts at 200 Mbit/s (docs/servers.md) raw TCP in this pattern
-# reached 0.82-0.91 of a one-way stream with every 1 MiB chunk in flight, 0.99 with two of
-# 256 KiB. Per server, as each server's link needs its own pipeline. 0: no bound.
+# slow down. On two namespace hosts at 200 Mbit/s raw TCP in this pattern reached 0.82 to
+# 0.92 of a one-way stream with every 1 MiB chunk in flight, 0.96 to 0.97 with two of 512 KiB
+# (benchmarks/tcp_window.py, docs/servers.md). Per server, as each server's link needs its
+# own pipeline. 0: no bound.
 CHUNKS_IN_FLIGHT = 2
 
 

@@ -41,8 +41,9 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     In sync modes each gradient of more than ``chunk_bytes`` (default :data:`CHUNK_BYTES`, or
     ``GLUONDIST_CHUNK_BYTES``; 0 sends every one whole) is pushed and pulled in chunks of
     about that size, on keys of their own, so the pull of one chunk overlaps the push of the
-    next: one big array then takes about as long as the same bytes in many small ones. The
-    chunks are views of the gradient, and the result is bit-equal to sending it whole.
+    next: one big array then takes about as long as the same bytes in many small ones. At most
+    :data:`CHUNKS_IN_FLIGHT` chunks per server (or ``GLUONDIST_CHUNKS_IN_FLIGHT``) are pushed
+    and not yet pulled back. The result is bit-equal to sending each gradient whole.
 
     ``trainer_type``: a subclass of ``gluon.Trainer`` to make (a pipeline's
     :class:`~gluondist.pipeline.StageTrainer`); default ``gluon.Trainer``.
