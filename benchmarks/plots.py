@@ -5,18 +5,17 @@
 Reads (each written by the command in parentheses, run from benchmarks/):
   fit_overhead.json     (python fit_overhead.py --repeats 9 --json results/fit_overhead.json)
   loader_overhead.json  (python loader_overhead.py --repeats 7 --json results/loader_overhead.json)
-  kvstore_w2.json       (python network.py --only bench --json results/kvstore_w2.json, as root)
+  kvstore_w2.json       (python network.py --only bench --repeats 3 --json results/kvstore_w2.json,
+                         as root)
   workers.json          (python workers.py --json results/workers.json, as root)
-and writes fit_vs_hand.png (each pair's fit/hand ratio, arrays and DataLoader), kvstore.png
-(the bench table: step time against servers per layout, with the cost model's line),
-workers.png (throughput against workers, per layout, with the cost model's line) and
   compression_accuracy.json  (python compression_accuracy.py --json
                               results/compression_accuracy.json)
 and writes fit_vs_hand.png (each pair's fit/hand ratio, arrays and DataLoader), kvstore.png
 (the bench table: step time against servers per layout, with the cost model's line),
+workers.png (throughput against workers, per layout, with the cost model's line),
 compression_accuracy.png (validation accuracy per epoch, a line per compression, a panel per
-model) and
-learning_curve.png (History.plot of the first fit on docs/index.md, its block run as it is).
+model) and learning_curve.png (History.plot of the first fit on docs/index.md, its block run
+as it is).
 """
 import argparse
 import json

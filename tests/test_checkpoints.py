@@ -300,6 +300,7 @@ def test_fifos_deep_json_and_odd_run_files_never_hang_or_crash(small, tmp_path, 
         fit_mlp(small[0], checkpoint_dir=tmp_path, resume=False)
 
 
+@pytest.mark.slow  # seconds of CPU in a process of its own
 def test_kill_during_a_checkpoint_write_keeps_the_previous_one(tmp_path):
     ckpt, marker = tmp_path / "ckpt", tmp_path / "writing"
     proc = subprocess.Popen([sys.executable, str(SCRIPTS / "checkpoint_hang.py"), str(ckpt),

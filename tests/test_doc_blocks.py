@@ -72,6 +72,7 @@ def run_page(page, namespace):
     return ran
 
 
+@pytest.mark.slow  # seconds of CPU in a process of its own
 def test_the_first_fit_runs_as_it_stands(tmp_path, monkeypatch, capsys):
     """Getting started's fit loads its own data (nothing given but an empty namespace), and
     run again it says what the page says: the finished run in ckpt, nothing to train."""

@@ -43,6 +43,7 @@ def test_the_readme_is_a_front_page_whose_links_resolve():
         assert not anchor or anchor in headings, f"README: {path}#{anchor}: no such heading"
 
 
+@pytest.mark.slow  # seconds of CPU in a process of its own
 def test_the_site_builds_strict_with_every_link_and_name_checked(tmp_path):
     # strict: true in mkdocs.yml, and --strict here: any warning (a broken link or anchor, a
     # name docs/hooks.py cannot find, a docstring mkdocstrings cannot render) fails the build
@@ -120,6 +121,7 @@ def test_the_test_extra_installs_the_docs_extra():
     assert set(extras["docs"]) <= set(extras["test"])
 
 
+@pytest.mark.slow  # seconds of CPU: matplotlib draws five figures
 def test_the_plots_are_drawn_by_the_command(tmp_path):
     pytest.importorskip("matplotlib")
     plots = load_file("plots", ROOT / "benchmarks" / "plots.py")

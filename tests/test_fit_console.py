@@ -13,6 +13,7 @@ from conftest import fit_mlp, SCRIPTS
 LINE = r"epoch {}/{}: loss=\d+\.\d{{4}}  accuracy=\d\.\d{{4}}  \d+\.\d\ds \d+ samples/s"
 
 
+@pytest.mark.slow  # seconds of CPU in a process of its own
 def test_a_script_without_a_terminal_shows_each_epoch_on_stderr_and_says_it_resumed(tmp_path):
     ckpt = tmp_path / "ckpt"  # the same call twice, the second with one epoch more: a resume
     proc = subprocess.run([sys.executable, str(SCRIPTS / "fit_said.py"), str(ckpt), "2", "3"],
