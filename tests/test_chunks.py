@@ -8,7 +8,7 @@ import gluondist
 from gluondist.kv.trainer import Staging, _KeyedStore
 from gluondist.kvstore import CHUNK_BYTES, chunk_bounds, parameter_chunks
 
-from conftest import SCRIPTS
+from conftest import ROOT, run_cli, SCRIPTS
 
 
 def test_chunk_bounds():
@@ -81,14 +81,31 @@ def test_several_devices_chunks_are_staged_per_device():
                                                                      (1, 1)]
 
 
-@pytest.mark.parametrize("text", ["1MB", "1e6", "", "-5", "4"])
-def test_a_chunk_size_that_is_not_bytes_is_one_line(monkeypatch, text):
-    monkeypatch.setenv("GLUONDIST_CHUNK_BYTES", text)
+BAD = {"GLUONDIST_CHUNK_BYTES": ("1MB", "1e6", "", "-5", "4", " 2048", "+2048", "2_048"),
+       "GLUONDIST_CHUNKS_IN_FLIGHT": ("two", "1.5", "", "-1", " 2 ", "+3", "1_0", "\u0662")}
+WANT = {"GLUONDIST_CHUNK_BYTES": "bytes, at least 1024 (such as 524288), or 0 to send every "
+                                 "array whole",
+        "GLUONDIST_CHUNKS_IN_FLIGHT": "chunks per server (such as 2), or 0 for no bound"}
+
+
+@pytest.mark.parametrize("name,text", [(n, t) for n, texts in BAD.items() for t in texts])
+def test_a_chunking_variable_that_is_not_a_whole_number_is_one_line(monkeypatch, name, text):
+    # in any process, with any kvstore (fit here runs without one)
+    monkeypatch.setenv(name, text)
     net = mx.gluon.nn.Dense(2, in_units=3)
     net.initialize()
-    with pytest.raises(ValueError, match=r"GLUONDIST_CHUNK_BYTES=.*: give a whole number of "
-                                         r"bytes, at least 1024 .* or 0 to send every array"):
+    with pytest.raises(ValueError) as raised:
         gluondist.fit(net, (np.ones((8, 3), "f"), np.zeros(8, "f")), progress=False)
+    assert str(raised.value) == f"{name}={text!r}: give a whole number of {WANT[name]}"
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_the_launcher_refuses_a_bad_chunking_variable_before_any_process_starts(name):
+    proc = run_cli("launch", "-n", 2, "-s", 1, "--env", f"{name}=two", "--dry-run",
+                   ROOT / "examples" / "digits.py")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == f"gluondist: error: {name}='two': give a whole number of " \
+        f"{WANT[name]}\n"
 
 
 def test_chunks_are_views_of_the_gradient():

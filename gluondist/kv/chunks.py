@@ -3,7 +3,7 @@ library only, so that the launcher (``gluondist bench kvstore``) plans chunks wi
 from __future__ import annotations
 
 import os
-from typing import List, Tuple
+from typing import List, Mapping, Tuple
 
 from .. import envvars
 
@@ -34,31 +34,34 @@ MIN_CHUNK_BYTES = 1024  # below this the keys, not the bytes, would cost the tim
 CHUNKS_IN_FLIGHT = 2
 
 
-def chunk_bytes_from_env() -> int:
+def chunk_bytes_from_env(environ: Mapping[str, str] = os.environ) -> int:
     """``GLUONDIST_CHUNK_BYTES`` (else CHUNK_BYTES), checked: 0, or a whole number of bytes of
     at least MIN_CHUNK_BYTES."""
-    return _whole(envvars.GLUONDIST_CHUNK_BYTES, CHUNK_BYTES, MIN_CHUNK_BYTES,
-                  f"bytes, at least {MIN_CHUNK_BYTES} (such as 1048576), or 0 to send every "
-                  "array whole")
+    return _whole(environ, envvars.GLUONDIST_CHUNK_BYTES, CHUNK_BYTES, MIN_CHUNK_BYTES,
+                  f"bytes, at least {MIN_CHUNK_BYTES} (such as {CHUNK_BYTES}), or 0 to send "
+                  "every array whole")
 
 
-def chunks_in_flight_from_env() -> int:
+def chunks_in_flight_from_env(environ: Mapping[str, str] = os.environ) -> int:
     """``GLUONDIST_CHUNKS_IN_FLIGHT`` (else CHUNKS_IN_FLIGHT), checked: 0 (no bound), or a
     whole number of chunks."""
-    return _whole(envvars.GLUONDIST_CHUNKS_IN_FLIGHT, CHUNKS_IN_FLIGHT, 1,
-                  "chunks (such as 2), or 0 for no bound")
+    return _whole(environ, envvars.GLUONDIST_CHUNKS_IN_FLIGHT, CHUNKS_IN_FLIGHT, 1,
+                  f"chunks per server (such as {CHUNKS_IN_FLIGHT}), or 0 for no bound")
 
 
-def _whole(name: str, default: int, least: int, what: str) -> int:
-    """Environment variable ``name``: 0 or a whole number of at least ``least``; else one line
-    asking for ``what``."""
-    text = os.environ.get(name)
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Both variables above, as the workers will read them (ValueError in one line)."""
+    chunk_bytes_from_env(environ)
+    chunks_in_flight_from_env(environ)
+
+
+def _whole(environ: Mapping[str, str], name: str, default: int, least: int, what: str) -> int:
+    """``environ[name]``: 0 or a whole number of at least ``least``, in ASCII digits; else
+    one line asking for ``what``."""
+    text = environ.get(name)
     if text is None:
         return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
+    value = int(text) if text.isascii() and text.isdigit() else -1
     if value != 0 and value < least:
         raise ValueError(f"{name}={text!r}: give a whole number of {what}")
     return value

@@ -53,6 +53,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     compression = cmp.parse(compression)
     if chunk_bytes is None:
         chunk_bytes = chunk_bytes_from_env()
+    in_flight = chunks_in_flight_from_env()
     kv = JOB.create(kvstore, num_contexts) if isinstance(kvstore, str) or kvstore is None \
         else kvstore
     mode = Mode.of(kv)
@@ -64,7 +65,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     # would depend on how many layers the process had made before.
     params = list(params.values()) if hasattr(params, "values") else list(params)
     if dist:
-        kv = _keyed(kv, params, update_on_kvstore, chunk_bytes, compression)
+        kv = _keyed(kv, params, update_on_kvstore, chunk_bytes, in_flight, compression)
     if isinstance(optimizer, mx.optimizer.Optimizer) and optimizer_params:
         raise ValueError("give optimizer_params only with an optimizer name: an "
                          "mx.optimizer.Optimizer instance carries its own settings")
@@ -75,7 +76,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     return trainer
 
 
-def _keyed(kv, params, update_on_kvstore: bool, chunk_bytes: int,
+def _keyed(kv, params, update_on_kvstore: bool, chunk_bytes: int, in_flight: int,
            compression: Optional[cmp.Compression]) -> "_KeyedStore":
     """The trainer's view of the job's distributed kvstore: keys of its own, in chunks."""
     # dist_async's servers run the optimizer, which needs each parameter whole (its state,
@@ -95,7 +96,7 @@ def _keyed(kv, params, update_on_kvstore: bool, chunk_bytes: int,
     # the staging slots: CHUNKS_IN_FLIGHT per server (consecutive chunks go to different
     # servers), as big as the largest chunk of a gradient cut in several
     servers = int(os.environ.get(ev.DMLC_NUM_SERVER, "1"))
-    staging = Staging(chunks_in_flight_from_env() * servers,
+    staging = Staging(in_flight * servers,
                       max((b - a for c in chunks if len(c) > 1 for a, b in c), default=0))
     return _KeyedStore(kv, offset, chunks, staging,
                        cmp.HalfWire(kv.num_workers, count) if half else None)

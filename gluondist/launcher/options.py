@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from typing import Dict, Optional, Tuple, Union
 
 from .. import envvars as ev
+from ..kv import chunks
 from ..kv.kinds import DIST_KINDS
 from .errors import LaunchError
 from .hosts import Host, place
@@ -239,11 +240,17 @@ def check_kvstore(kind) -> None:
 
 
 def check_env(env: Dict[str, str]) -> None:
-    """Every pair of ``env`` is a KEY=VALUE a process can be given: both strings, a key."""
+    """Every pair of ``env`` is a KEY=VALUE a process can be given: both strings, a key; and
+    the values gluondist's workers read from it, with this environment's, are valid (checked
+    here, before any process starts)."""
     bad = [k for k, v in env.items() if not isinstance(k, str) or not k or "=" in k
            or not isinstance(v, str)]
     if bad:
         raise LaunchError(f"--env {bad[0]!r}={env[bad[0]]!r}: write KEY=VALUE, both strings")
+    try:
+        chunks.check_environment({**os.environ, **env})
+    except ValueError as exc:
+        raise LaunchError(str(exc)) from None
 
 
 def _check_seconds(options: LaunchOptions) -> None:
