@@ -8,10 +8,10 @@
 1. Raw TCP between two hosts (benchmarks/tcp_pair.py, the hand-written baseline): one way,
    and both ways at once (the links are full duplex).
 2. `gluondist bench kvstore` over ssh, 2 workers (--workers W), 1 to W servers, on the
-   workers' hosts and on hosts of their own (--server-hosts), each row chunked as fit sends it and with every
-   array whole (--unchunked): step time, the model's prediction and error, and the efficiency
-   against the raw TCP bound (the bench's own probe); --repeats benches, each row's median
-   efficiency.
+   workers' hosts and on hosts of their own (--server-hosts), each row chunked as fit sends
+   it and with every array whole (--unchunked): step time, the model's prediction and error,
+   and the efficiency against the raw TCP bound (the bench's own probe); --repeats benches,
+   each row's median efficiency.
 3. fit's samples/s across 2 hosts for a model dominated by one 8 MiB layer
    (benchmarks/big_layer.py), chunked (the default) against GLUONDIST_CHUNK_BYTES=0,
    alternated in one run, --repeats pairs: the median ratio.
@@ -85,9 +85,7 @@ def benches(cluster, hosts, args):
         print(f"{servers} server(s) {layout}: link efficiency "
               f"{', '.join(f'{e:.3f}' for e in figures)}; median {statistics.median(figures):.3f}",
               flush=True)
-    key = [(r["servers"], r["layout"]) for r in runs[0]["rows"]][0]
-    runs.sort(key=lambda run: next(r["link_efficiency"] for r in run["rows"]
-                                   if (r["servers"], r["layout"]) == key))
+    runs.sort(key=lambda run: run["rows"][0]["link_efficiency"])  # every run's rows in one order
     if args.json:
         with open(args.json, "w") as f:
             f.write(json.dumps(runs[len(runs) // 2]) + "\n")
