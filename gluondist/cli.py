@@ -156,8 +156,23 @@ def _compressions(ctx, param, value: str):
     return names
 
 
+class _BenchWorkers(click.IntRange):
+    """-n of the bench: a number (launch's MIN:MAX refused by name: the bench compares jobs of
+    one size)."""
+
+    def __init__(self):
+        super().__init__(min=1)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and ":" in value:
+            self.fail(f"{value!r}: the bench runs a fixed number of workers in every job, so -n "
+                      "takes a number, such as 2", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 @bench.command("kvstore")
-@launch_flags("num_workers", num_workers={"default": 2, "type": click.IntRange(min=1)})
+@launch_flags("num_workers", num_workers={"default": 2, "type": _BenchWorkers(), "metavar": "N",
+                                          "help": "Worker processes of every job."})
 @click.option("--servers", callback=_server_counts, default="1,2,4", show_default=True,
               help="Server counts to measure, comma-separated.")
 @click.option("--mbytes", type=click.FloatRange(min=0, min_open=True), default=64.0,

@@ -185,6 +185,7 @@ def test_a_failed_bench_job_ends_the_bench_with_launchs_report_and_code():
     (["--mbytes", "0"], "--mbytes"),
     (["--mbytes", "nan"], "--mbytes"),
     (["-n", "0"], "--num-workers"),
+    (["-n", "2:3"], "the bench runs a fixed number of workers"),
     (["--plot", "/nonexistent/bench.png"], "--plot"),
     (["--compression", "none,fp8"], "--compression"),
     (["--compression", "fp16,fp16"], "--compression"),
@@ -194,6 +195,18 @@ def test_bad_bench_input_is_one_line_and_exit_2(args, message):
     out = run_cli("bench", "kvstore", *args)
     assert out.returncode == 2 and message in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_the_bench_help_offers_a_worker_count_only():
+    # issue 36, defect 5: it offered -n N|MIN:MAX, as gluondist launch does, and refused 2:3
+    from click.testing import CliRunner
+
+    from gluondist.cli import cli
+    out = CliRunner().invoke(cli, ["bench", "kvstore", "--help"], terminal_width=200)
+    assert out.exit_code == 0
+    line = next(l for l in out.output.splitlines() if "--num-workers" in l)
+    assert "-n, --num-workers N " in line and "MIN:MAX" not in out.output, line
+    assert "elastic" not in out.output
 
 
 @pytest.mark.parametrize("server_hosts, servers, message", [
