@@ -14,7 +14,8 @@ from .launcher.errors import LaunchError, Stopped, StopRequest
 from .launcher.options import LaunchOptions, flags
 from .launcher.plan import LaunchPlan
 from .launcher import resize
-from .launcher.session import dry_run as plan_only, launch_job, terminal
+from .launcher.console import terminal
+from .launcher.supervisor import dry_run as plan_only, launch_job
 from .launcher.kubernetes import LAYOUTS, SCHEDULER_PORT
 
 
@@ -313,7 +314,11 @@ class _FixedWorkers(click.ParamType):
 @click.option("--port", type=click.IntRange(1, 65535), default=SCHEDULER_PORT, show_default=True,
               help="The scheduler's port.")
 @launch_flags("kvstore", "gpus_per_worker", "env", kvstore={"type": click.Choice(DIST_KINDS)},
-              gpus_per_worker={"type": click.IntRange(min=0)})
+              gpus_per_worker={"type": click.IntRange(min=0),
+                               "help": "An nvidia.com/gpu limit of this many GPUs on each "
+                                       "worker's pod; with --layout one-job (one pod template) "
+                                       "the scheduler's and servers' pods get it too, with "
+                                       "per-role only the workers'."})
 @click.option("--layout", type=click.Choice(LAYOUTS), default=LAYOUTS[0],
               show_default=True,
               help="one-job: any failure ends every pod, one pod template for all roles; "

@@ -77,6 +77,20 @@ def manifest_cli(*args):
     return run_cli("manifest", "kubernetes", *args)
 
 
+def test_the_gpu_help_says_which_pods_get_the_limit():
+    # issue 36, defect 6: it said CUDA_VISIBLE_DEVICES (launch's help), which a manifest never
+    # sets; one Job has one pod template, so there the scheduler and servers get GPUs too
+    from click.testing import CliRunner
+
+    from gluondist.cli import cli
+    out = CliRunner().invoke(cli, ["manifest", "kubernetes", "--help"])
+    assert out.exit_code == 0 and "CUDA_VISIBLE_DEVICES" not in out.output
+    (option,) = [p for p in cli.commands["manifest"].commands["kubernetes"].params
+                 if p.name == "gpus_per_worker"]
+    assert "nvidia.com/gpu" in option.help and "one-job" in option.help, option.help
+    assert "servers" in option.help and "per-role" in option.help, option.help
+
+
 def test_the_committed_example_is_what_the_command_writes():
     proc = manifest_cli("-n", "2", "-s", "1", "--image", "gluondist:latest", "--name", "digits",
                         "--", "python", "examples/digits.py", "--epochs", "15")
