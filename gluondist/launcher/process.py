@@ -250,13 +250,9 @@ class ProcessGroup:
 
     def _close(self, timeout: float, hurry: threading.Event) -> None:
         self.stopped += [c.spec for c in self.running()]  # known even if an interrupt follows
-        stop = getattr(self.transport, "stop", None)  # a transport's own way, else SIGTERM
         for child in self.running():
-            if stop is not None:
-                stop(child.proc)
-            else:
-                signal_tree(child.proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout + getattr(self.transport, "stop_slack", 0.0)
+            self.transport.stop(child.proc)  # SIGTERM to its tree, or the transport's own way
+        deadline = time.monotonic() + timeout + self.transport.stop_slack
         while self.running() and time.monotonic() < deadline and not hurry.is_set():
             self.poll()
             time.sleep(WAIT_TICK)

@@ -9,9 +9,11 @@ compares launcher names: the rest of the launcher asks the backend.
 from __future__ import annotations
 
 import importlib
+import signal
 import subprocess
-from typing import IO, Callable, Dict, Mapping, Optional, Protocol, Tuple
+from typing import IO, Callable, Dict, Mapping, Optional, Tuple
 
+from ..child.proctree import signal_tree
 from ..errors import LaunchError
 
 # The annotations name plan.ProcessSpec, process.Child and options.LaunchOptions, not imported:
@@ -26,10 +28,16 @@ BACKENDS: Dict[str, str] = {
 _registered: Dict[str, "Backend"] = {}
 
 
-class Transport(Protocol):
-    error_records: bool  # a failing worker's error record reaches the launcher
-    tree_cpu_known: bool  # tree_cpu() gives figures (else the stall watch has heartbeats only)
-    silence: float  # seconds a host cut off from the launcher takes to end its processes (0: none)
+class Transport:
+    """How the process group starts and reaches each spec's process. A transport subclasses
+    this and implements ``spawn``, ``request_stack`` and ``request_resize``; the attributes
+    and the other methods have defaults, those of a process on this machine that has no side
+    channel."""
+
+    error_records = False  # a failing worker's error record reaches the launcher
+    tree_cpu_known = False  # tree_cpu() gives figures (else the stall watch has heartbeats only)
+    silence = 0.0  # seconds a host cut off from the launcher takes to end its processes (0: none)
+    stop_slack = 0.0  # seconds stop() adds to the teardown's shared deadline
 
     def spawn(self, spec: "ProcessSpec", progress: bool = False,
               error_file: Optional[str] = None) -> Tuple[subprocess.Popen, Optional[IO[bytes]]]:
@@ -39,24 +47,32 @@ class Transport(Protocol):
         end whatever it stands for (a remote tree, a Slurm step). With ``progress`` a
         worker gets a progress channel; ``error_file`` is a local path where its bootstrap
         may record an exception (a transport that relays records otherwise may ignore it)."""
+        raise NotImplementedError
+
+    def stop(self, proc: subprocess.Popen) -> None:
+        """Begin stopping a process; the teardown waits for it until its deadline (plus
+        ``stop_slack``), then kills what is left. By default SIGTERM to its whole tree; a
+        transport with its own way overrides it (ssh closes the session's stdin, so the remote
+        side's teardown is waited for)."""
+        signal_tree(proc.pid, signal.SIGTERM)
 
     def request_stack(self, proc: subprocess.Popen) -> None:
         """Ask the process for a dump of its Python stacks (on its output)."""
-
-    # Optional: ``stop(proc)`` begins stopping a process in the transport's own way (ssh closes
-    # the session's stdin, so the remote side's teardown is waited for), where the process
-    # group would otherwise send SIGTERM to its tree; ``stop_slack`` adds seconds to the
-    # group's deadline for it.
+        raise NotImplementedError
 
     def request_resize(self, proc: subprocess.Popen) -> None:
         """Send a worker gluondist.elastic's request to stop at its next epoch end."""
+        raise NotImplementedError
 
     def tree_cpu(self, child: "Child") -> Optional[float]:
         """CPU seconds of the child's process tree so far, or None where unknown."""
+        return None
 
     def lost(self, child: "Child") -> bool:
         """Whether the exited ``child`` lost its connection rather than failing (call once its
-        side channel has been read to the end)."""
+        side channel has been read to the end). By default never: nothing between the
+        launcher and the process to lose."""
+        return False
 
 
 Show = Callable[[str, bool], None]

@@ -9,16 +9,15 @@ from ... import elastic, envvars as ev
 from ..child.proctree import STACK_SIGNAL, kill_quietly, session_cpu
 from ..errors import LaunchError
 from ..plan import ProcessSpec
-from . import Backend
+from . import Backend, Transport
 
 
-class LocalTransport:
+class LocalTransport(Transport):
     """Starts a spec on this machine (see transports.Transport): with ``progress`` the worker
     inherits a pipe's write end named by GLUONDIST_PROGRESS_FD, its side channel;
     ``error_file`` is where its bootstrap records an exception."""
 
-    error_records = tree_cpu_known = True
-    silence = 0.0  # no link to lose
+    error_records = tree_cpu_known = True  # no link to lose: silence 0, never lost()
 
     def spawn(self, spec: ProcessSpec, progress: bool = False,
               error_file: Optional[str] = None) -> Tuple[subprocess.Popen, Optional[object]]:
@@ -50,9 +49,6 @@ class LocalTransport:
 
     def tree_cpu(self, child: "Child") -> Optional[float]:
         return session_cpu(child.proc.pid)
-
-    def lost(self, child: "Child") -> bool:
-        return False  # nothing between the launcher and its children to lose
 
 
 def local_gpus() -> int:

@@ -17,7 +17,7 @@ from ..hosts import Host, parse_slurm_tasks
 from ..errors import LaunchError
 from ..child.proctree import STACK_SIGNAL
 from ..plan import ProcessSpec
-from . import Backend
+from . import Backend, Transport
 
 SCONTROL_TIMEOUT = 30  # seconds for scontrol to answer: slurmctld may be busy, not gone
 
@@ -48,12 +48,12 @@ def _scontrol(args) -> str:
     return proc.stdout
 
 
-class SrunTransport:
+class SrunTransport(Transport):
     """No side channel (the steps run on other nodes): errors come from the log tail, and
-    stall detection is refused for Slurm by the options (see transports.Transport)."""
-
-    error_records = tree_cpu_known = False
-    silence = 0.0  # no keepalive of ours here: Slurm watches its own nodes
+    stall detection is refused for Slurm by the options (see transports.Transport). The
+    defaults hold: no error records, no CPU figures, silence 0 (no keepalive of ours here:
+    Slurm watches its own nodes), never lost() (srun's own failures come with its message in
+    the log tail); a step is not asked to resize (a Slurm job is not elastic)."""
 
     def spawn(self, spec: ProcessSpec, progress: bool = False, error_file=None):
         argv = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={spec.host}", "--overlap",
@@ -65,12 +65,6 @@ class SrunTransport:
 
     def request_stack(self, proc: subprocess.Popen) -> None:
         proc.send_signal(STACK_SIGNAL)  # srun forwards SIGUSR1 to its task
-
-    def tree_cpu(self, child):
-        return None
-
-    def lost(self, child) -> bool:
-        return False  # srun's own failures come with its message in the log tail
 
 
 class Slurm(Backend):

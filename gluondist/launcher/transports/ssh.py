@@ -30,7 +30,7 @@ from ..errors import LaunchError
 from ..plan import ProcessSpec
 from .. import child
 from ..child.remote import PROTOCOL
-from . import Backend, Show
+from . import Backend, Show, Transport
 
 # Names never forwarded: they describe the launcher's own host or session, or are set per
 # process by the plan.
@@ -95,7 +95,7 @@ def ssh_argv(host: str, remote: Sequence[str], ssh_config: Optional[str] = None,
     return argv + [host, shlex.join(remote)]
 
 
-class SshTransport:
+class SshTransport(Transport):
     """Starts each spec on its host through ssh; the process group treats it like a local one
     (killing the local ssh ends the remote tree through the remote side). The remote side
     relays error records and CPU time on the side channel (see transports.Transport)."""
