@@ -4,9 +4,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from .. import wire
-from .child.proctree import exit_status
-from .outcome import Ending, Stall, Why
+from .outcome import Ending, Stall, Why, stopped_to_grow
 from .plan import LaunchPlan, ProcessSpec
 from .process import ProcessGroup
 from .pslite import BOUND, FORMED, PSLITE
@@ -39,7 +37,7 @@ def watch(plan: LaunchPlan, group: ProcessGroup, joins: Joins, start_timeout: fl
     """Poll ``group`` (started) until every worker succeeded, a process failed, the job did not
     form in time, (with ``stall_timeout``) no worker progressed for that long, or ``stop`` (a
     StopRequest) was set; return what ended it. Once ``resizing`` (an Event) is set, a worker
-    that exits with wire.RESIZED stopped as asked: it counts as succeeded."""
+    that stopped as asked (outcome.stopped_to_grow) counts as succeeded."""
     workers = {s.label for s in plan.of_role("worker")}
     started = time.monotonic()
     succeeded = set()
@@ -52,8 +50,8 @@ def watch(plan: LaunchPlan, group: ProcessGroup, joins: Joins, start_timeout: fl
             return _stopped(stop)
         for exited in group.poll():
             spec = exited.spec
-            asked = resizing is not None and resizing.is_set() and \
-                exit_status(exited.returncode) == wire.RESIZED
+            asked = stopped_to_grow(spec.role, exited.returncode,
+                                    resizing is not None and resizing.is_set())
             if spec.label in workers and (exited.returncode == 0 or asked):
                 succeeded.add(spec.label)
                 continue

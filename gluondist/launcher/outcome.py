@@ -217,6 +217,16 @@ class LaunchResult:
         return len(self.attempts) - 1 - len(self.restarts) - self.grows
 
 
+def stopped_to_grow(role: str, returncode: Optional[int], asked: bool) -> bool:
+    """Whether a process that exited with ``returncode`` (Popen's; None: not exited) stopped
+    at an epoch end because the launcher asked the job to grow: a worker's wire.RESIZED
+    (gluondist.elastic's exit), once the launcher ``asked``. The one rule the monitor (such
+    a worker succeeded) and diagnose (the attempt ``resized``) both apply; unasked, or from
+    a scheduler or server, that code is an exit like any other."""
+    return asked and role == "worker" and returncode is not None and \
+        exit_status(returncode) == wire.RESIZED
+
+
 PORT_RETRIES = 2  # a scheduler's port taken (before it could bind it) is retried twice
 
 
@@ -242,9 +252,7 @@ def diagnose(plan: Optional[LaunchPlan], ending: Ending, teardown: Teardown,
     noticed a later failure first."""
     unreaped = tuple(u.label for u in teardown.unreaped)
     if ending.why is Why.DONE:
-        resized = asked_to_resize and any(e.role == "worker" and e.returncode is not None and
-                                          exit_status(e.returncode) == wire.RESIZED
-                                          for e in ends)
+        resized = any(stopped_to_grow(e.role, e.returncode, asked_to_resize) for e in ends)
         return Attempt(plan, stopped=teardown.stopped, unreaped=unreaped, resized=resized)
     if ending.why is not Why.EXITED:
         return Attempt(plan, _job_failure(ending), stall=ending.stall, stopped=teardown.stopped,
