@@ -30,7 +30,7 @@ def test_the_layout_is_read_from_the_plan_the_job_ran():
     # servers go round-robin over both, so the jobs span hosts even when the workers fit one.
     from gluondist.launcher.options import LaunchOptions
     from gluondist.launcher.plan import build_plan
-    from gluondist.launcher.session import resolve
+    from gluondist.launcher.supervisor import resolve
     for hosts, kind in (("node1:4", "one host"), ("node1:1,node2:1", "colocated"),
                         ("node1:2,node2:2", "mixed")):
         options = resolve(LaunchOptions((bench.WORKER,), 2, 2, launcher="ssh", hosts=hosts), {})
@@ -88,7 +88,7 @@ def test_with_server_hosts_every_count_runs_colocated_then_on_the_server_hosts(p
 
     from gluondist.launcher.options import LaunchOptions
     from gluondist.launcher.plan import build_plan
-    from gluondist.launcher.session import resolve
+    from gluondist.launcher.supervisor import resolve
     ran = []
 
     def launch_job(options, show):

@@ -22,7 +22,8 @@ from gluondist.launcher.options import LaunchOptions
 from gluondist.launcher.outcome import (Attempt, Ending, Failure, Kind, LaunchResult,
                                         ProcessEnd, Teardown, Why, diagnose)
 from gluondist.launcher.plan import LaunchPlan, ProcessSpec
-from gluondist.launcher.session import Step, free_ports, launch_job, next_step
+from gluondist.launcher.ports import free_ports
+from gluondist.launcher.supervisor import Step, launch_job, next_step
 from conftest import HERE, SCRIPTS, tagged_pids, TAG
 from fake_backend import Fake, FakeSsh
 

@@ -14,7 +14,8 @@ from gluondist.launcher import transports
 from gluondist.launcher.errors import LaunchError
 from gluondist.launcher.options import LaunchOptions
 from gluondist.launcher.outcome import Attempt, Failure, Kind, LaunchResult
-from gluondist.launcher.session import Step, next_step, read_hosts, resolve
+from gluondist.launcher.hosts import read_hosts
+from gluondist.launcher.supervisor import Step, next_step, resolve
 from gluondist.launcher.transports.ssh import SshTransport
 from conftest import wait_until
 from test_control_loop import WORKER, fake, run  # noqa: F401 (the fixture)

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from conftest import SCRIPTS, TAG, kill_tagged, wait_until
-from gluondist.launcher.session import free_ports
+from gluondist.launcher.ports import free_ports
 from gluondist.launcher.kubernetes import kubernetes, scheduler_host
 
 pytestmark = pytest.mark.slow

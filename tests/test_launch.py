@@ -138,7 +138,8 @@ def test_a_taken_scheduler_port_is_retried_on_another(tmp_path):
 
     from conftest import TAG
     from gluondist.launcher.options import LaunchOptions
-    from gluondist.launcher.session import free_ports, launch_job
+    from gluondist.launcher.ports import free_ports
+    from gluondist.launcher.supervisor import launch_job
 
     tag = uuid.uuid4().hex
     with socket.socket() as taken:

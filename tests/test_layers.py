@@ -58,7 +58,7 @@ def test_no_import_cycle_in_the_launcher():
 
 
 def test_lower_layers_import_neither_click_nor_mxnet():
-    code = ("import sys; import gluondist.launcher.session, gluondist.launcher.api, "
+    code = ("import sys; import gluondist.launcher.supervisor, gluondist.launcher.api, "
             "gluondist.heartbeat, gluondist.launcher.kubernetes, gluondist.launcher.child.pod; "
             "import gluondist.bench.kvstore as b; b.sent_sizes(b.key_sizes(8, 2), 1 << 20); "
             "bad = {'click', 'mxnet'} & set(sys.modules); assert not bad, bad")

@@ -15,7 +15,7 @@ import pytest
 
 import docpages
 from conftest import ROOT, SCRIPTS, TAG, tagged_pids, wait_until
-from gluondist.launcher.session import free_ports
+from gluondist.launcher.ports import free_ports
 
 pytestmark = pytest.mark.slow
 TEMPLATE = str(ROOT / "launch" / "slurm" / "gluondist.sbatch")

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import ROOT, SCRIPTS, wait_until
 from gluondist.launcher.transports import ssh
-from gluondist.launcher.session import free_ports
+from gluondist.launcher.ports import free_ports
 from gluondist.launcher.errors import LaunchError
 
 pytestmark = pytest.mark.slow

@@ -43,7 +43,7 @@ def test_an_interrupt_between_a_spawn_and_its_record_orphans_nothing(tmp_path, m
     # widest version of the window in which it used to leave that worker running unrecorded.
     from gluondist.launcher.options import LaunchOptions
     from gluondist.launcher.transports.local import LocalTransport
-    from gluondist.launcher.session import launch_job
+    from gluondist.launcher.supervisor import launch_job
 
     class InterruptedRightAfterSpawn(LocalTransport):
         def spawn(self, spec, progress=False, error_file=None):

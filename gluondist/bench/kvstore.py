@@ -176,7 +176,7 @@ def layout_of(plan) -> Layout:
 def _check_all(jobs, base_env: Mapping[str, str]) -> None:
     """Every job's options, and over ssh every host, checked before the first job runs: a
     mistake in the last layout must not cost the rows before it."""
-    from ..launcher.session import resolve
+    from ..launcher.supervisor import resolve
     from ..launcher.transports import backend
     resolved = [resolve(options, base_env) for options in jobs]
     if resolved:  # every host of every job, each once, in the order the jobs name them

@@ -7,7 +7,8 @@ from typing import Dict, Optional, Sequence, Tuple, Union
 from .errors import LaunchError
 from .outcome import LaunchResult
 from .options import LaunchOptions
-from .session import launch_job, terminal
+from .console import terminal
+from .supervisor import launch_job
 
 
 def launch(command: Union[str, Sequence[str]], *args: str,

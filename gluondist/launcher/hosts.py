@@ -1,6 +1,8 @@
-"""Hosts and placement for multi-machine jobs: pure functions, tested against literal values."""
+"""Hosts and placement for multi-machine jobs: pure functions, tested against literal values,
+and ``read_hosts``, which reads ``-H``'s hostfile (or its inline form)."""
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple
@@ -52,6 +54,26 @@ def parse_inline(text: str, flag: str = "-H") -> Tuple[Host, ...]:
                               f"HOST alone means 1)")
         hosts.append(Host(name, int(slots or 1)))
     return no_repeats(hosts, f"{flag} {text!r}")
+
+
+# what a hostfile's name ends with, never a host's: `-H hostz.txt` is a missing file
+FILE_SUFFIXES = (".txt", ".hosts", ".hostfile", ".list", ".cfg", ".conf", ".ini", ".csv")
+
+
+def read_hosts(arg: str, flag: str = "-H") -> Tuple[Tuple[Host, ...], str]:
+    """``-H`` (or ``flag``): a hostfile or ``host1:2,host2:2`` (a single ``host`` too, when
+    no such file exists and it looks like no path: no ``/``, no file suffix); returns (hosts,
+    how to name them)."""
+    looks_like_file = "/" in arg or arg.lower().endswith(FILE_SUFFIXES)
+    if ":" in arg or "," in arg or (not looks_like_file and arg and not os.path.exists(arg)):
+        return parse_inline(arg, flag), f"{flag} {arg}"
+    try:
+        with open(arg) as f:
+            return parse_hostfile(f.read(), arg), arg
+    except OSError as exc:
+        raise LaunchError(f"{flag} {arg!r}: {exc.strerror}; give a hostfile or "
+                          f"{'HOST:N' if flag == '--server-hosts' else 'HOST:SLOTS'},...") \
+            from None
 
 
 def no_repeats(hosts: List[Host], source: str, verb: str = "names",

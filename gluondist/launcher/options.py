@@ -141,7 +141,7 @@ class LaunchOptions:
         least, most = _workers_value(self.num_workers, self.min_workers)
         object.__setattr__(self, "num_workers", most)
         object.__setattr__(self, "min_workers", least)
-        for name in ("hosts", "server_hosts"):  # a str (as given) is read by session.resolve
+        for name in ("hosts", "server_hosts"):  # a str (as given) is read by supervisor.resolve
             object.__setattr__(self, name, _hosts_value(name, getattr(self, name)))
 
     @property
@@ -181,7 +181,7 @@ class LaunchOptions:
         _check_texts(self)
         for text in (self.hosts, self.server_hosts):
             if isinstance(text, str):
-                raise LaunchError(f"hosts {text!r} not read yet: session.resolve() reads -H "
+                raise LaunchError(f"hosts {text!r} not read yet: supervisor.resolve() reads -H "
                                   "and --server-hosts before validating")
         head = self.command[0]
         if self.is_script and not os.path.isfile(head):

@@ -1,0 +1,250 @@
+"""The pieces the launcher's supervisor is made of, fast and without MXNet: the one rule for a
+worker's exit after a grow request (asked by both the monitor and diagnose), the Transport
+base class's defaults (which every transport inherits), the console, and the Supervisor's
+loop itself with its ``attempt`` replaced by literal outcomes (as torchrun's api_test.py
+subclasses its agent)."""
+import ast
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from gluondist import elastic, wire
+from gluondist.launcher.console import Console
+from gluondist.launcher.errors import Stopped, StopRequest
+from gluondist.launcher.monitor import Joins, watch
+from gluondist.launcher.options import LaunchOptions
+from gluondist.launcher.outcome import (Attempt, Ending, Failure, Kind, ProcessEnd, Teardown,
+                                        Unreaped, Why, diagnose, stopped_to_grow)
+from gluondist.launcher.plan import LaunchPlan, ProcessSpec
+from gluondist.launcher.process import Exited, ProcessGroup
+from gluondist.launcher.supervisor import Supervisor, resolve
+from gluondist.launcher.transports import Transport, backend
+from gluondist.launcher.transports.local import LocalTransport
+from gluondist.launcher.transports.slurm import SrunTransport
+from gluondist.launcher.transports.ssh import SshTransport
+from conftest import ROOT
+from fake_backend import FakeSshTransport, FakeTransport
+
+SCHEDULER = ProcessSpec("scheduler", 0, "127.0.0.1", ("node",), {})
+SERVER = ProcessSpec("server", 0, "127.0.0.1", ("node",), {})
+WORKER = ProcessSpec("worker", 0, "127.0.0.1", ("train",), {})
+PLAN = LaunchPlan(9000, (SCHEDULER, SERVER, WORKER))
+
+
+def test_only_a_workers_grow_exit_after_the_request_is_a_stop_to_grow():
+    assert elastic.EXIT == wire.RESIZED == 79
+    assert stopped_to_grow("worker", wire.RESIZED, asked=True)
+    assert not stopped_to_grow("worker", wire.RESIZED, asked=False)  # unasked: a failure
+    assert not stopped_to_grow("server", wire.RESIZED, asked=True)
+    assert not stopped_to_grow("scheduler", wire.RESIZED, asked=True)
+    assert not stopped_to_grow("worker", 0, asked=True)
+    assert not stopped_to_grow("worker", None, asked=True)  # not exited
+    assert not stopped_to_grow("worker", -signal.SIGKILL, asked=True)
+
+
+def test_the_grow_exit_code_is_read_in_one_place_of_the_launcher():
+    # the monitor and diagnose ask stopped_to_grow; nothing else compares the code
+    found = set()
+    for path in (ROOT / "gluondist" / "launcher").rglob("*.py"):
+        if "child" in path.parts:
+            continue  # the workers' side: the bootstrap's own exit
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    if isinstance(node, ast.Attribute) and node.attr == "RESIZED" or \
+                            isinstance(node, ast.Attribute) and node.attr == "EXIT" and \
+                            isinstance(node.value, ast.Name) and node.value.id == "elastic":
+                        found.add((path.stem, fn.name))
+    assert found == {("outcome", "stopped_to_grow")}
+
+
+class Polled:
+    """A started process group as the monitor sees it: these exits, then nothing runs."""
+
+    transport, children = LocalTransport(), []
+
+    def __init__(self, *exits):
+        self.exits = [Exited(spec, code, time.monotonic(), time.time()) for spec, code in exits]
+
+    def poll(self):
+        exits, self.exits = self.exits, []
+        return exits
+
+    def running(self):
+        return []
+
+
+@pytest.mark.parametrize("asked", [True, False])
+def test_the_monitor_and_diagnose_read_a_grow_exit_alike(asked):
+    resizing = threading.Event()
+    if asked:
+        resizing.set()
+    group = Polled((WORKER, wire.RESIZED))
+    ending = watch(PLAN, group, Joins(lambda spec, line: None), 60.0, resizing=resizing)
+    assert (ending.why, ending.label) == ((Why.DONE, "") if asked else (Why.EXITED, "worker 0"))
+    ends = [ProcessEnd(s.label, s.role, s.host, code, time.time())
+            for s, code in ((SCHEDULER, 0), (SERVER, 0), (WORKER, wire.RESIZED))]
+    attempt = diagnose(PLAN, ending, Teardown(), ends, asked_to_resize=asked)
+    if asked:
+        assert (attempt.resized, attempt.failure, attempt.ended) == (True, None, "stopped to grow")
+    else:
+        assert not attempt.resized
+        assert (attempt.failure.kind, attempt.failure.label, attempt.exit_code) == \
+            (Kind.EXIT, "worker 0", wire.RESIZED)
+
+
+def test_a_server_that_exits_with_the_grow_code_failed_even_when_asked():
+    resizing = threading.Event()
+    resizing.set()
+    ending = watch(PLAN, Polled((SERVER, wire.RESIZED)), Joins(lambda spec, line: None), 60.0,
+                   resizing=resizing)
+    assert (ending.why, ending.label) == (Why.EXITED, "server 0")
+
+
+class Minimal(Transport):
+    """A transport that implements only what it must."""
+
+    def spawn(self, spec, progress=False, error_file=None):
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                start_new_session=True, stdout=subprocess.PIPE), None
+
+    def request_stack(self, proc):
+        pass
+
+    def request_resize(self, proc):
+        pass
+
+
+def test_a_transports_defaults_are_a_local_process_without_a_side_channel():
+    t = Minimal()
+    assert (t.error_records, t.tree_cpu_known, t.silence, t.stop_slack) == (False, False, 0.0,
+                                                                             0.0)
+    assert t.tree_cpu(object()) is None and t.lost(object()) is False
+    proc, side = t.spawn(WORKER)
+    try:
+        t.stop(proc)  # by default: SIGTERM to its tree
+        assert proc.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    with pytest.raises(NotImplementedError):
+        Transport().spawn(WORKER)
+
+
+def test_every_transport_is_a_transport_and_ssh_has_its_own_stop():
+    for transport in (LocalTransport(), SrunTransport(), SshTransport("python", {}, "/"),
+                      FakeTransport(), FakeSshTransport("python", {}, "/")):
+        assert isinstance(transport, Transport), transport
+    assert SshTransport.stop is not Transport.stop and SshTransport.stop_slack == 2.0
+    assert LocalTransport.stop is Transport.stop and LocalTransport.stop_slack == 0.0
+
+
+def test_the_teardown_stops_each_process_through_its_transport():
+    class Recording(LocalTransport):
+        def __init__(self):
+            self.stopped = []
+
+        def stop(self, proc):
+            self.stopped.append(proc.pid)
+            super().stop(proc)
+
+    transport = Recording()
+    spec = ProcessSpec("worker", 0, "127.0.0.1",
+                       (sys.executable, "-c", "import time; time.sleep(60)"), {})
+    group = ProcessGroup([spec], None, transport=transport)
+    try:
+        group.start()
+    finally:
+        teardown = group.close(timeout=30)
+    child = group.children[0]
+    assert transport.stopped == [child.proc.pid]
+    assert (teardown.stopped, child.proc.returncode) == (("worker 0",), -signal.SIGTERM)
+
+
+CHATTER = "[12:00:00] /src/ps-lite/src/van.cc:100: Bind to role=worker, id=9"
+
+
+def test_the_console_prefixes_lines_hides_chatter_and_keeps_every_line():
+    shown = []
+    console = Console(lambda text, note: shown.append((text, note)), keep_logs=True)
+    console.line(WORKER, "hello")
+    console.line(WORKER, CHATTER)
+    console.note("a note")
+    assert shown == [("[worker 0] hello", False), ("gluondist: a note", True)]
+    assert console.logs == {"worker 0": ["hello", CHATTER]}
+    shown.clear()
+    loud = Console(lambda text, note: shown.append((text, note)), hide_chatter=False)
+    loud.line(WORKER, CHATTER)
+    assert (shown, loud.logs) == ([(f"[worker 0] {CHATTER}", False)], {})
+
+
+def test_the_console_says_what_a_teardown_left_and_what_an_interrupt_stopped():
+    shown = []
+    console = Console(lambda text, note: shown.append(text))
+    console.teardown([Unreaped("worker 0", 42, "D (disk sleep)")], [SERVER, WORKER], None)
+    assert shown[0].startswith("gluondist: worker 0 (pid 42) did not die after SIGKILL, in "
+                               "state D (disk sleep)")
+    assert shown[1:] == ["gluondist: stopped server 0, worker 0"]
+    shown.clear()
+    console.teardown([], [SERVER], Ending(Why.DONE))  # a job's own end: nothing to say
+    console.teardown([], [SERVER], Ending(Why.STOPPED, signum=signal.SIGTERM))
+    assert shown == ["gluondist: stopped server 0"]
+
+
+class Scripted(Supervisor):
+    """The real loop; each attempt is the next literal outcome instead of processes."""
+
+    def __init__(self, outcomes, max_restarts=0, stop=None):
+        job = resolve(LaunchOptions((sys.executable, "-c", "pass"), num_workers=2,
+                                    max_restarts=max_restarts), {})
+        self.shown, self.started, self.outcomes = [], [], list(outcomes)
+        numbers = iter(range(20000, 30000))  # never bound: no attempt starts a process
+        super().__init__(job, job, backend("local"), LocalTransport(),
+                         Console(lambda text, note: self.shown.append(text)), stop=stop,
+                         base_env={}, cores=4,
+                         ports=lambda count, host: [next(numbers) for _ in range(count)])
+
+    def attempt(self, plan, restarts):
+        self.started.append((plan.port, restarts, len(plan.of_role("worker"))))
+        return Attempt(plan, self.outcomes.pop(0))
+
+
+def _failure(kind, label, status):
+    return Failure(kind, f"exit code {status}", label, "127.0.0.1", status=status)
+
+
+def test_the_supervisor_retries_a_taken_port_restarts_a_failure_then_finishes():
+    taken = _failure(Kind.PORT_TAKEN, "scheduler", wire.PORT_TAKEN)
+    supervisor = Scripted([taken, _failure(Kind.EXIT, "worker 1", 3), None], max_restarts=1)
+    result = supervisor.run()
+    assert (result.exit_code, len(result.attempts), len(result.restarts)) == (0, 3, 1)
+    # each attempt on fresh ports (4: scheduler, server, two workers); the restart counted
+    assert supervisor.started == [(20000, 0, 2), (20004, 0, 2), (20008, 1, 2)]
+    assert "gluondist: the scheduler's port 20000 was taken; retrying on another" in \
+        supervisor.shown
+    assert "gluondist: restarting the job (1 of 1)" in supervisor.shown
+    assert supervisor.shown[-1] == "gluondist: succeeded after 1 restart(s)"
+    assert result.logs is supervisor.logs
+
+
+def test_the_supervisor_finishes_with_the_failure_when_no_restart_is_left():
+    supervisor = Scripted([_failure(Kind.EXIT, "worker 1", 3)])
+    result = supervisor.run()
+    assert (result.exit_code, len(result.attempts)) == (3, 1)
+    assert supervisor.shown[-1] == "gluondist: exit code 3"
+    assert supervisor.outcomes == []
+
+
+def test_a_stop_requested_before_an_attempt_starts_none():
+    stop = StopRequest()
+    stop.request(signal.SIGTERM)
+    supervisor = Scripted([None], stop=stop)
+    with pytest.raises(Stopped) as raised:
+        supervisor.run()
+    assert (raised.value.signum, supervisor.started) == (signal.SIGTERM, [])
