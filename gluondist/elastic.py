@@ -22,8 +22,14 @@ _asked = threading.Event()
 
 
 def listen() -> None:
-    """Turn :data:`SIGNAL` into the flag :func:`requested` reads (the bootstrap calls this)."""
+    """Turn :data:`SIGNAL` into the flag :func:`requested` reads, and take a request held
+    until now (the bootstrap calls this before anything else).
+
+    The signal's default action ends a process, so a worker is started with it held (blocked,
+    which a child inherits and exec keeps, see ``proctree.holding``): a request sent before
+    this handler exists stays pending, and is taken here, not fatal (issue 36, defect 8)."""
     signal.signal(SIGNAL, lambda *_: _asked.set())
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {SIGNAL})
 
 
 def request() -> None:

@@ -16,8 +16,9 @@ An uncaught exception is also written to ``GLUONDIST_ERROR_FILE`` (see errorfile
 launcher reports it whole and by the time it happened. SIGUSR1 dumps every thread's Python stack
 to stderr (``faulthandler``, which works even when the main thread is stuck in C code): the
 launcher asks for it when a job stalls; SIGUSR2 is the launcher's request to stop at the next
-epoch end (gluondist.elastic), left to fit to act on. Standard library only: nothing imported
-before the script but these and gluondist's own small modules.
+epoch end (gluondist.elastic), kept as a flag for fit to act on: its handler is the first thing
+installed, and a request held since the process started is taken then. Standard library only:
+nothing imported before the script but these and gluondist's own small modules.
 """
 import faulthandler
 import os
@@ -160,12 +161,12 @@ def _show_gluondist_logs() -> None:
 
 
 def main(argv) -> None:
+    elastic.listen()  # first: a request held since the process started is taken now
+    faulthandler.register(STACK_SIGNAL, all_threads=True)
     if not argv:
         sys.stderr.write(f"usage: python -m {BOOTSTRAP} SCRIPT.py|-m MODULE ...\n")
         _leave(2)
     _show_gluondist_logs()
-    faulthandler.register(STACK_SIGNAL, all_threads=True)
-    elastic.listen()
     try:
         if argv[0] == "-m":
             sys.argv = [argv[1], *argv[2:]]

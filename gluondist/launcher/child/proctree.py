@@ -3,10 +3,11 @@ CPU time, its state, and how an exit status reads. Standard library only: the la
 ssh remote side, the reaper and the Kubernetes pod entry share it."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 STACK_SIGNAL = signal.SIGUSR1  # what the worker bootstrap dumps its stacks on
 
@@ -26,6 +27,19 @@ def killpg_quietly(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+@contextlib.contextmanager
+def holding(sig: int) -> Iterator[None]:
+    """``sig`` held (blocked) in this thread meanwhile. A process started inside inherits it
+    held, and a held signal stays pending across exec until the program unblocks it: so a
+    worker started so keeps a gluondist.elastic request sent before its bootstrap installed
+    the handler (the signal's default action would end it), and takes it then."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def kill_quietly(pid: int, sig: int) -> None:

@@ -36,13 +36,15 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import nullcontext
 from typing import Optional
 
 from ... import __version__
 from ... import elastic, envvars as ev, wire
+from ..roles import runs_bootstrap
 from . import REMOTE
-from .proctree import (STACK_SIGNAL, exit_status, session_cpu, signal_exit, signal_tree,
-                       stop_tree)
+from .proctree import (STACK_SIGNAL, exit_status, holding, session_cpu, signal_exit,
+                       signal_tree, stop_tree)
 
 PROTOCOL = 2  # 2: `resize`, and the exit status wire.SILENCED
 WATCH_TICK = 0.2  # seconds between looks at the launcher's silence (its keepalives: 3 s)
@@ -82,9 +84,12 @@ class Remote:
             if self.job.get("progress"):
                 fds = (os.dup(2),)
                 env[ev.GLUONDIST_PROGRESS_FD] = str(fds[0])
-        self.child = subprocess.Popen(
-            self.job["argv"], env=env, stdin=subprocess.DEVNULL, start_new_session=True,
-            stderr=subprocess.STDOUT if self.job.get("worker") else None, pass_fds=fds)
+        # a bootstrap takes the request once it can; any other command never gets it
+        held = holding(elastic.SIGNAL) if runs_bootstrap(self.job["argv"]) else nullcontext()
+        with held:
+            self.child = subprocess.Popen(
+                self.job["argv"], env=env, stdin=subprocess.DEVNULL, start_new_session=True,
+                stderr=subprocess.STDOUT if self.job.get("worker") else None, pass_fds=fds)
         for fd in fds:
             os.close(fd)
         for target in (self.listen, self.watchdog) + ((self.cpu,) if fds else ()):
