@@ -42,3 +42,15 @@ def test_a_closure_left_in_a_long_lived_module_still_ends_the_job_cleanly(kind, 
         assert (tmp_path / f"thread.{rank}").read_text() == "joined"  # its thread waited for
         assert (tmp_path / f"buffered.{rank}").read_text() == "buffered"  # its open file
     assert stray == []
+
+
+def test_a_loop_that_ends_right_after_its_last_step_exits(launch, tmp_path):
+    """Issue 36, defect 11: the last step's push and pull were still in MXNet's engine when
+    the script returned, and MXNet's shutdown hook waited for them forever (3 of 3 runs; with
+    ``mx.nd.waitall()`` at the script's end, 3 of 3 exited 0). The stall timeout bounds the
+    old hang: exit 124."""
+    job = launch("-n", "2", "-s", "1", "--stall-timeout", "20", SCRIPTS / "last_step_job.py")
+    code = job.wait(timeout=150)
+    assert code == 0, job.out + job.err
+    assert sorted(p.name for p in tmp_path.glob("done.*")) == ["done.0", "done.1"]
+    assert job.leftovers() == []
