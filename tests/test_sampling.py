@@ -64,3 +64,25 @@ def test_every_stream_epoch_and_rank_gets_its_own_seed():
     assert derive_seed(0, SHUFFLE, 1) != derive_seed(1, SHUFFLE, 0)  # no seed + epoch
     assert derive_seed(7, SHUFFLE, 3) != derive_seed(7, SHUFFLE, 3, 0)  # no zero padding
     assert derive_seed(7, SHUFFLE, 3) == derive_seed(7, SHUFFLE, 3)
+
+
+def test_as_a_dataloaders_batch_sampler_every_worker_gets_full_batches():
+    # issue 36, defect 3: with last_batch='keep' worker 1's share of the last global batch of
+    # 17 samples (4 x 2 workers) was empty, and MXNet's batchify failed on it; a DataLoader
+    # cannot tell the loop a batch's global count, so it takes full global batches only
+    import mxnet as mx
+    dataset = mx.gluon.data.ArrayDataset(np.arange(17, dtype=np.float32))
+    loaders = [mx.gluon.data.DataLoader(dataset, batch_sampler=ShardedBatchSampler(
+        17, 4, 2, rank, seed=1, last_batch="discard")) for rank in range(2)]
+    batches = [[b.asnumpy().tolist() for b in loader] for loader in loaders]
+    assert [len(b) for b in batches] == [2, 2] and all(len(x) == 4 for b in batches for x in b)
+    whole = [np.concatenate(parts).tolist() for parts in zip(*batches)]
+    assert whole == [b.tolist() for b, _ in ShardedBatchSampler(17, 8, seed=1).batches()][:2]
+    for rank in range(2):
+        kept = ShardedBatchSampler(17, 4, 2, rank, seed=1)
+        with pytest.raises(ValueError, match=r"17 samples .* leave 1 .* last_batch='discard'"):
+            list(mx.gluon.data.DataLoader(dataset, batch_sampler=kept))
+    even = ShardedBatchSampler(16, 4, 2, 1, seed=1)  # keep, and every global batch full
+    assert list(even) == [b.tolist() for b, _ in even.batches()]
+    with pytest.raises(ValueError, match="global batch of 2 .* 3 workers"):
+        list(ShardedBatchSampler(8, 1, 3, 2, last_batch="discard", global_batch_size=2))

@@ -32,8 +32,14 @@ class ShardedBatchSampler:
     instead (an elastic job keeps its first start's when N changes): slices then differ by at
     most one sample. The last, partial global batch is split as evenly
     as possible (``last_batch='keep'``; a worker's share may then be empty) or dropped
-    (``last_batch='discard'``). Iterating yields this worker's index arrays, so it also works as
-    a ``gluon.data.DataLoader(batch_sampler=...)`` with ``last_batch='discard'``."""
+    (``last_batch='discard'``).
+
+    Iterating yields this worker's index lists, for a ``gluon.data.DataLoader(batch_sampler=
+    ...)``. A DataLoader's loop cannot learn a batch's global count, nor that its share is
+    empty (MXNet's batchify fails on one), so iterating takes full global batches only: with
+    ``last_batch='discard'`` (or a length they divide) every share is non-empty and every step
+    is ``step(sampler.global_batch_size)``; otherwise it raises ValueError before the first
+    batch, on every worker alike. :meth:`batches` has no such limit."""
 
     def __init__(self, length: int, batch_size: int, num_workers: int = 1, rank: int = 0,
                  shuffle: bool = True, seed: int = 0, last_batch: str = "keep",
@@ -75,5 +81,21 @@ class ShardedBatchSampler:
                 yield np.array_split(batch, self.num_workers)[self.rank], len(batch)
 
     def __iter__(self) -> Iterator[List[int]]:
+        self._check_full_batches()
         for local, _ in self.batches():
             yield local.tolist()
+
+    def _check_full_batches(self) -> None:
+        gbs, left = self.global_batch_size, self.length % self.global_batch_size
+        loop = ("loop over sampler.batches(), which gives each batch's global count and may "
+                "give an empty share")
+        if self.last_batch == "keep" and left:
+            raise ValueError(f"ShardedBatchSampler as a DataLoader's batch_sampler: "
+                             f"{self.length} samples in global batches of {gbs} leave {left} "
+                             f"in a last, partial one, which a DataLoader's loop cannot weigh; "
+                             f"pass last_batch='discard', or {loop}")
+        if gbs < self.num_workers:
+            raise ValueError(f"ShardedBatchSampler as a DataLoader's batch_sampler: a global "
+                             f"batch of {gbs} leaves some of the {self.num_workers} workers "
+                             f"an empty share; give global_batch_size at least "
+                             f"{self.num_workers}, or {loop}")
