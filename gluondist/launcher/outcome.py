@@ -156,7 +156,7 @@ class Attempt:
 @dataclass(frozen=True)
 class LaunchResult:
     """What a job came to: every attempt (restarts and port retries included), the last one
-    deciding; ``logs`` holds every output line of each process by label when the session
+    deciding; ``logs`` holds every output line of each process by label when the supervisor
     keeps them. The one result both ``gluondist launch`` and ``gluondist.launch()`` get.
 
     Each :class:`Attempt` has its ``plan`` (every process and where it ran), ``workers``, its

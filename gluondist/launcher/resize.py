@@ -95,7 +95,7 @@ def first(job: LaunchOptions, backend: Backend, show: Show) -> LaunchOptions:
 class Grower:
     """While an attempt of a job with --host-discovery runs: when the hosts discovered hold
     more slots than it has workers, and fewer than MAX run, it asks the workers (once) to stop
-    at their next epoch end, after its checkpoint; the session then starts the job again,
+    at their next epoch end, after its checkpoint; the supervisor then starts the job again,
     larger. New hosts are checked by the backend first (once per attempt each)."""
 
     def __init__(self, job: LaunchOptions, backend: Backend, show: Show):
