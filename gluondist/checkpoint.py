@@ -35,8 +35,8 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from ._mx import mx
+from .devices import assign
 from .kv.sampling import SEEDS
-from .parallel import assign
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Parameter-server mode: this process's place in the job, the kvstore, a trainer and a sampler
-that are correct together. The parts live in :mod:`gluondist.kv.job` (identity, the kvstore, the
+that are correct together. The parts live in :mod:`gluondist.kv.node` (identity, the kvstore, the
 collectives), :mod:`gluondist.kv.trainer` and :mod:`gluondist.kv.sampling`; this module is their one
 public door.
 
@@ -24,16 +24,16 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .kv.chunks import CHUNK_BYTES, CHUNKS_IN_FLIGHT, chunk_bounds  # noqa: F401
-from .kv.job import (JOB, MAX_KEY, MAX_REDUCE, REDUCE_BASE, REDUCE_CHUNK, REDUCE_SAFE,  # noqa: F401
-                     is_distributed, reduce_keys, resolve_mode, role)
 from .kv.kinds import DIST_KINDS, KINDS, Mode  # noqa: F401
+from .kv.node import (MAX_KEY, MAX_REDUCE, NODE, REDUCE_BASE, REDUCE_CHUNK,  # noqa: F401
+                      REDUCE_SAFE, is_distributed, reduce_keys, resolve_mode, role)
 from .kv.sampling import ShardedBatchSampler  # noqa: F401
 from .kv.trainer import TrainStep, make_trainer, parameter_chunks  # noqa: F401
 
 
 def num_workers() -> int:
     """Number of workers in the job (1 outside a launched job)."""
-    return JOB.num_workers()
+    return NODE.num_workers()
 
 
 def rank() -> int:
@@ -41,7 +41,7 @@ def rank() -> int:
 
     Once the distributed kvstore exists its rank is the truth; before that the launcher's rank
     (which it arranges to be the same) is used."""
-    return JOB.rank()
+    return NODE.rank()
 
 
 def create(kind: Optional[str] = "auto", num_contexts: int = 1):
@@ -50,12 +50,12 @@ def create(kind: Optional[str] = "auto", num_contexts: int = 1):
     Returns an ``mx.kv.KVStore``, or None where ``kind='auto'`` needs none (one process, one
     device). Raises ValueError for an unknown kind and RuntimeError for a distributed kind
     outside a launched job (MXNet would otherwise wait forever for a scheduler)."""
-    return JOB.create(kind, num_contexts)
+    return NODE.create(kind, num_contexts)
 
 
 def barrier() -> None:
     """Wait until every worker of the job is here (a no-op outside a distributed job)."""
-    JOB.barrier()
+    NODE.barrier()
 
 
 def allreduce(values: Sequence[float]) -> np.ndarray:
@@ -64,10 +64,10 @@ def allreduce(values: Sequence[float]) -> np.ndarray:
     Used for metrics, flags and BatchNorm statistics that every worker must agree on, of any
     length up to MAX_REDUCE (about 2.4e9). All workers must call it the same number of times,
     with the same lengths."""
-    return JOB.allreduce(values)
+    return NODE.allreduce(values)
 
 
 def allgather(values: Sequence[float]) -> np.ndarray:
     """Every worker's ``values``, as rows ``(num_workers, len(values))`` in rank order (just this
     process's row outside a distributed job). All workers must call it together."""
-    return JOB.allgather(values)
+    return NODE.allgather(values)

@@ -1,179 +1,166 @@
-"""Data-parallel mode: one process, several devices.
+"""One worker's devices: data-parallel mode (each device a copy of the net, a part of the batch)
+and pipeline mode (:class:`Pipeline`: the net's stages, one per device), and the registry of
+fit's ``parallel=`` modes.
 
-What the copied recipe gets wrong, and what is done here instead:
+The device helpers live in :mod:`gluondist.devices` and the pipeline in
+:mod:`gluondist.pipeline`; this module is their public door (``gluondist.parallel.split``,
+``gluondist.parallel.Pipeline``, ...). What the copied recipe gets wrong, and what is done
+instead, is in :mod:`gluondist.devices`; and ``data.async_batch_split(2)`` does not exist:
+``gluon.utils.split_and_load`` is its real form.
 
-* ``net.initialize()`` on the default context only: parameters are initialised (or moved) on
-  every context in use (:func:`initialize`).
-* ``nd.split(data, 4)`` fails when the batch does not divide, and ``split_and_load(
-  even_split=False)`` fails when the batch is smaller than the number of devices
-  (apache/mxnet#13909): :func:`split` handles both.
-* ``trainer.step(batch_size, grad_norm=1)`` inside a loop over gradients: ``grad_norm`` is not an
-  argument; there is one step per batch, with the whole batch's size, and global-norm clipping is
-  :func:`clip_global_norm`.
-* ``data.async_batch_split(2)`` does not exist; ``gluon.utils.split_and_load`` is its real form.
+A mode of ``parallel=`` is one :class:`ParallelMode` subclass, found by its ``name``
+(:func:`register_mode` adds one, :func:`mode` finds it): how many copies of the net the
+kvstore reduces over, what runs a batch, where batches are loaded, its trainer and its checks.
+fit and evaluate ask the mode; none compares names.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Union
+from typing import Dict, List, Sequence, Tuple, Type
 
 import numpy as np
 
 from ._mx import mx
-
-Contexts = Union[None, int, str, "mx.Context", Sequence[Union[int, "mx.Context"]]]
-
-
-def contexts(ctx: Contexts = None) -> List["mx.Context"]:
-    """The devices to train on.
-
-    ``None``: every GPU, else ``[mx.cpu()]``. An int n: n GPUs when there are GPUs, else n CPU
-    contexts (``cpu(0)..cpu(n-1)``, which exercise the multi-device path on any machine).
-    A string such as ``'gpu:0,gpu:1'`` or ``'cpu'``; a list of GPU ids; a Context or a list of
-    them. Raises ValueError for GPUs that are not there."""
-    gpus = mx.context.num_gpus()
-    if ctx is None:
-        return [mx.gpu(i) for i in range(gpus)] or [mx.cpu()]
-    if isinstance(ctx, mx.Context):
-        ctx = [ctx]
-    elif isinstance(ctx, bool):
-        raise ValueError(f"ctx must be an int, a string, a Context or a list, not {ctx!r}")
-    elif isinstance(ctx, int):
-        if ctx < 1:
-            raise ValueError(f"ctx={ctx}: ask for at least one device")
-        ctx = [mx.gpu(i) for i in range(ctx)] if gpus else [mx.cpu(i) for i in range(ctx)]
-    elif isinstance(ctx, str):
-        ctx = [_parse_context(part) for part in ctx.split(",") if part.strip()]
-    else:
-        ctx = [mx.gpu(c) if isinstance(c, int) else c for c in ctx]
-    if not ctx or not all(isinstance(c, mx.Context) for c in ctx):
-        raise ValueError(f"ctx must name at least one device, got {ctx!r}")
-    missing = [str(c) for c in ctx if c.device_type == "gpu" and c.device_id >= gpus]
-    if missing:
-        raise ValueError(f"{', '.join(missing)} requested but this machine has {gpus} GPU(s); "
-                         "use ctx=None to take what is there")
-    return list(ctx)
+from .devices import (Contexts, assign, clip_global_norm, clip_local_norm,  # noqa: F401
+                      contexts, forward_backward, initialize, is_initialized, split)
+from .kv.trainer import make_trainer
+from .pipeline import Pipeline, StageTrainer, check_micro_batches  # noqa: F401
 
 
-def _parse_context(text: str) -> "mx.Context":
-    kind, _, index = text.strip().partition(":")
-    if kind not in ("cpu", "gpu") or (index and not index.isdigit()):
-        raise ValueError(f"cannot read device {text!r}; write 'cpu', 'gpu:0' or 'cpu:0,cpu:1'")
-    return mx.Context(kind, int(index or 0))
+class ParallelMode:
+    """A mode of fit's ``parallel=``: how one worker's net and batches are spread over its
+    devices. Subclass it, give it a ``name``, and :func:`register_mode` it; fit then takes
+    ``parallel=name``. This class itself is ``'data'``'s defaults: every device a copy of the
+    net, a batch split across them."""
 
+    name = ""  # what parallel= takes
+    description = ""  # what the mode does, for messages
+    options: Tuple[str, ...] = ()  # fit's arguments that only this mode takes
+    options_text = ""  # what they do, for messages ("split a net into a pipeline")
 
-def split(data, ctxs: Sequence["mx.Context"],
-          owned: bool = False) -> List[Optional["mx.nd.NDArray"]]:
-    """Split a batch along axis 0 into one part per context, loaded on it.
+    def check(self, args, ctxs: List["mx.Context"], mode) -> None:
+        """Refuse, in one line, what this mode cannot train: fit's arguments ``args`` (a
+        :class:`~gluondist.training.arguments.FitArgs`), its devices ``ctxs`` and the kvstore
+        mode ``mode`` (a :class:`~gluondist.kv.kinds.Mode`, or None)."""
 
-    Parts differ in size by at most one sample. When the batch is smaller than the number of
-    contexts the trailing parts are None (no device gets an empty array to choke on).
-    ``owned=True`` says a numpy ``data`` is a fresh array nobody else uses (fit's batches): it is
-    then shared with MXNet instead of copied, and marked read-only."""
-    if len(ctxs) == 1:  # the common case, on the hot path: no slicing arithmetic
-        return [_on(data, ctxs[0], owned)]
-    n, k = data.shape[0], len(ctxs)
-    sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]  # as np.array_split
-    bounds = np.concatenate([[0], np.cumsum(sizes)])
-    return [_on(data[int(lo):int(hi)], ctx, owned) if hi > lo else None
-            for ctx, lo, hi in zip(ctxs, bounds[:-1], bounds[1:])]
+    def copies(self, ctxs: Sequence["mx.Context"]) -> int:
+        """The net's copies on this worker, over which a kvstore reduces: one per device."""
+        return len(ctxs)
 
+    def prepare(self, args, ctxs: List["mx.Context"], train,
+                batch_size: int) -> Tuple[object, List["mx.Context"]]:
+        """``(model, data contexts)``: what runs a batch (called as ``model(x)``), its
+        parameters initialised, and the contexts a batch is split across and loaded on.
+        ``train`` is fit's training data source (``train.load(indices, [ctx])``)."""
+        initialize(args.net, ctxs)
+        return args.net, list(ctxs)
 
-def _on(data, ctx, owned: bool):
-    if isinstance(data, mx.nd.NDArray):
-        return data.as_in_context(ctx)
-    if owned and data.flags["C_CONTIGUOUS"] and data.dtype in (np.float32, np.float16):
-        return mx.nd.from_numpy(data, zero_copy=True).as_in_context(ctx)  # no copy on cpu(0)
-    return mx.nd.array(data, ctx=ctx, dtype=data.dtype)
-
-
-def is_initialized(net) -> bool:
-    """True when every parameter of ``net`` has been initialised (possibly deferred)."""
-    try:
-        for param in net.collect_params().values():
-            param.list_ctx()
-    except RuntimeError:
+    def holds(self, net) -> bool:
+        """True when ``net`` (given to evaluate or predict) is this mode's model."""
         return False
-    return True
+
+    def eval_contexts(self, net, ctxs: List["mx.Context"]) -> List["mx.Context"]:
+        """The contexts evaluate and predict load batches on for ``net``, which is placed
+        there first."""
+        initialize(net, ctxs)  # moved to ctxs, values kept
+        return list(ctxs)
+
+    def make_trainer(self, model, optimizer, optimizer_params, kvstore, num_contexts: int,
+                     batch_size: int, compression=None):
+        """The trainer of ``model`` (see :func:`gluondist.kvstore.make_trainer`)."""
+        return make_trainer(model.collect_params(), optimizer, optimizer_params, kvstore,
+                            num_contexts, batch_size, compression=compression)
 
 
-def initialize(net, ctxs: Sequence["mx.Context"], sample=None, init=None) -> None:
-    """Initialise ``net`` on every context (Xavier unless ``init`` is given), or move an
-    already initialised net there, keeping its values. With ``sample`` (one input batch), run
-    one forward pass so deferred shapes become known."""
-    if not is_initialized(net):
-        net.initialize(init or mx.init.Xavier(), ctx=list(ctxs))
-    elif net.collect_params().list_ctx() != list(ctxs):
-        net.collect_params().reset_ctx(list(ctxs))
-    if sample is not None:
-        net(split(sample, ctxs[:1])[0])
+class DataParallel(ParallelMode):
+    """``parallel='data'``: each device a copy of the net and a part of every batch; a kvstore
+    sums the copies' gradients."""
+
+    name = "data"
+    description = "each device a copy of the net"
+
+    def check(self, args, ctxs, mode) -> None:
+        if args.kvstore is None and len(ctxs) > 1:
+            raise ValueError(f"kvstore=None on {len(ctxs)} devices would train each device's "
+                             "copy of the net on its own part of the batch (the copies drift "
+                             "apart); use kvstore='auto' or 'device', or one device")
 
 
-def assign(param, value) -> None:
-    """Copy ``value`` into every device's copy of ``param``, in place. Unlike
-    ``Parameter.set_data`` this never resets a ``dist_async`` trainer's kvstore (MXNet raises
-    "Cannot reset distributed KVStore" there)."""
-    for data in param.list_data():
-        value.copyto(data)
+class PipelineParallel(ParallelMode):
+    """``parallel='pipeline'``: the net's stages on the devices (:class:`Pipeline`), each batch
+    in ``micro_batches`` parts loaded on the last stage, one :class:`StageTrainer` over every
+    stage."""
+
+    name = "pipeline"
+    description = "the net split into stages, one per device"
+    options = ("micro_batches", "stages")
+    options_text = "split a net into a pipeline"
+
+    def check(self, args, ctxs, mode) -> None:
+        if mode is not None and mode.updates_on_servers:
+            raise ValueError(f"parallel='pipeline' updates on the workers; kvstore "
+                             f"{str(mode)!r} runs the optimizer on the servers: use dist_sync")
+
+    def copies(self, ctxs) -> int:
+        return 1  # one copy of the net, spread across the devices
+
+    def prepare(self, args, ctxs, train, batch_size):
+        check_micro_batches(args.micro_batches, batch_size)
+        sample = train.load(np.arange(1), [mx.cpu()])[0][0]  # shapes, to balance the stages
+        pipe = Pipeline(args.net, ctxs, args.stages, sample=sample)
+        # every micro-batch on the last stage, whose outputs meet the labels there
+        return pipe, [pipe.output_context] * args.micro_batches
+
+    def holds(self, net) -> bool:
+        return isinstance(net, Pipeline)
+
+    def eval_contexts(self, net, ctxs):
+        return [net.output_context]  # its stages stay where they are; ctx is ignored
+
+    def make_trainer(self, model, optimizer, optimizer_params, kvstore, num_contexts,
+                     batch_size, compression=None):
+        return make_trainer(model, optimizer, optimizer_params, kvstore, num_contexts,
+                            batch_size, compression=compression)
 
 
-def forward_backward(net, loss_fn, data_parts, label_parts, ctxs: Sequence["mx.Context"],
-                     scale: float = 1.0):
-    """Record forward and backward on every context; returns ``(outputs, losses)``, one entry
-    per context, None where its part was None.
-
-    A data part is an NDArray, or a tuple of them for a net of several inputs (called as
-    ``net(*part)``); a label part is whatever ``loss_fn(output, label_part)`` takes. ``loss_fn``
-    returns the per-sample loss, or a tuple whose first item is (backward runs on it; the whole
-    tuple is returned in ``losses``).
-
-    A context whose part is None (a batch smaller than the device count) runs one sample of
-    another part with a zero weight, so its gradients are fresh zeros and the trainer's step
-    still covers every context. ``scale`` multiplies every loss before backward (0 makes a
-    worker with an empty share of the last global batch push zeros and keep in step)."""
-    filled = [i for i, part in enumerate(data_parts) if part is not None]
-    if not filled:
-        raise ValueError("forward_backward needs at least one non-empty part")
-    donor = filled[0]
-    outputs, losses, heads = [], [], []
-    with mx.autograd.record():
-        for ctx, data, label in zip(ctxs, data_parts, label_parts):
-            empty = data is None
-            if empty:
-                data = _first(data_parts[donor], ctx)
-                label = _first(label_parts[donor], ctx)
-            out = net(*data) if isinstance(data, tuple) else net(data)
-            loss = loss_fn(out, label)
-            head = loss[0] if isinstance(loss, tuple) else loss
-            heads.append(head * 0 if empty else head * scale if scale != 1.0 else head)
-            outputs.append(None if empty else out)
-            losses.append(None if empty else loss)
-    mx.autograd.backward(heads)
-    return outputs, losses
+MODES: Dict[str, ParallelMode] = {}
 
 
-def _first(part, ctx):
-    """The first sample of a (nested tuple of) NDArray part, on ``ctx``."""
-    if part is None:
-        return None
-    if isinstance(part, (tuple, list)):
-        return type(part)(_first(p, ctx) for p in part)
-    return part[:1].as_in_context(ctx)
+def register_mode(cls: Type[ParallelMode]) -> Type[ParallelMode]:
+    """Make the mode ``cls`` (a :class:`ParallelMode` subclass) known to fit's ``parallel=``
+    by its ``name``, and to evaluate and predict by :meth:`~ParallelMode.holds`; returns
+    ``cls`` (a class decorator). Raises ValueError for a name another class has."""
+    if not (isinstance(cls, type) and issubclass(cls, ParallelMode)):
+        raise ValueError(f"register_mode takes a subclass of ParallelMode, not {cls!r}")
+    if not isinstance(cls.name, str) or not cls.name:
+        raise ValueError(f"{cls.__name__}.name must be a non-empty string, not {cls.name!r}")
+    taken = MODES.get(cls.name)
+    if taken is not None and type(taken) is not cls:
+        raise ValueError(f"parallel mode {cls.name!r} is {type(taken).__name__} already; give "
+                         f"{cls.__name__} another name")
+    MODES[cls.name] = cls()
+    return cls
 
 
-def clip_global_norm(trainer, ctxs: Sequence["mx.Context"], max_norm: float) -> float:
-    """Scale the (reduced) gradients so their global 2-norm is at most ``max_norm``.
-
-    Call between ``trainer.allreduce_grads()`` and ``trainer.update()``: then every context holds
-    the same summed gradient, and the norm is computed once per context (never across copies).
-    Returns the norm before clipping."""
-    norm = 0.0
-    # one copy of the gradients per context; a pipeline's parameters (each on one context of
-    # its stage) are one copy spread across contexts
-    params = [p for p in trainer._params if p.grad_req != "null"]
-    for grads in zip(*[p.list_grad() for p in params]):
-        norm = mx.gluon.utils.clip_global_norm(list(grads), max_norm, check_isfinite=False)
-    return float(norm.asscalar())
+def mode(name: str, argument: str = "parallel") -> ParallelMode:
+    """The mode registered as ``name``; ValueError in one line naming every mode if none is."""
+    found = MODES.get(name) if isinstance(name, str) else None
+    if found is None:
+        known = [f"{m.name!r} ({m.description})" if m.description else repr(m.name)
+                 for m in MODES.values()]
+        raise ValueError(f"{argument} must be {', '.join(known[:-1])} or {known[-1]}, not "
+                         f"{name!r}" if len(known) > 1 else
+                         f"{argument} must be {known[0]}, not {name!r}")
+    return found
 
 
-# Pipeline mode (gluondist/pipeline.py, which imports this module at its end)
-from .pipeline import Pipeline, StageTrainer  # noqa: E402,F401
+def mode_of(net) -> ParallelMode:
+    """The mode whose model ``net`` is (a :class:`Pipeline`: ``'pipeline'``), else
+    ``'data'``."""
+    for found in MODES.values():
+        if found.holds(net):
+            return found
+    return MODES["data"]
+
+
+register_mode(DataParallel)
+register_mode(PipelineParallel)

@@ -1,6 +1,7 @@
 """Pipeline model parallelism: a ``Sequential`` split into stages, one per device, trained with
 micro-batches (GPipe's schedule: every micro-batch's forward, then one backward over all).
-The public door is :mod:`gluondist.parallel` (``parallel.Pipeline``).
+The public door is :mod:`gluondist.parallel` (``parallel.Pipeline``, and fit's
+``parallel='pipeline'`` mode); this module stands on :mod:`gluondist.devices` alone.
 
 What MXNet Gluon lacks, and what is done here instead:
 
@@ -10,8 +11,8 @@ What MXNet Gluon lacks, and what is done here instead:
   parameters that each live on one context, updating each device's group with one updater, so
   optimizer states keep the indices (and the checkpoint layout) of a one-device trainer.
 * Two Trainers on one distributed kvstore collide (Trainer keys by parameter index): one
-  trainer spans every stage, made by :func:`gluondist.kvstore.make_trainer`, whose keys come
-  from the job's allocator.
+  trainer spans every stage, made by :func:`gluondist.kvstore.make_trainer` given the pipeline
+  (``make_trainer(pipe, ...)``), whose keys come from the job's allocator.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from . import devices
 from ._mx import mx
 
 
@@ -163,9 +165,9 @@ class Pipeline:
     Raises ValueError (one line) for a net that is not a Sequential/HybridSequential, holds
     BatchNorm, has fewer children than contexts, or for repeated contexts."""
 
-    def __init__(self, net, ctx: parallel.Contexts, stages: Optional[Sequence[int]] = None,
+    def __init__(self, net, ctx: devices.Contexts, stages: Optional[Sequence[int]] = None,
                  sample=None, init=None):
-        ctxs = parallel.contexts(ctx)
+        ctxs = devices.contexts(ctx)
         if len(set(map(str, ctxs))) != len(ctxs):
             raise ValueError(f"pipeline contexts {[str(c) for c in ctxs]} repeat; give each "
                              "stage a device of its own")
@@ -183,7 +185,7 @@ class Pipeline:
                 _place(block, c, init)
         if sample is not None:  # deferred shapes become known, each on its stage's device
             with mx.autograd.pause():
-                self(parallel.split(sample[:1], ctxs[:1])[0])
+                self(devices.split(sample[:1], ctxs[:1])[0])
 
     def __call__(self, x):
         """The net's output for the batch ``x`` (as ``Sequential`` computes it), on the last
@@ -195,7 +197,7 @@ class Pipeline:
         return x
 
     forward = __call__  # what fit's checks read the inputs' names from
-    trainer_type = StageTrainer  # the trainer a pipeline needs (fit makes it)
+    trainer_type = StageTrainer  # the trainer a pipeline needs (make_trainer(pipe) makes it)
 
     @property
     def output_context(self) -> "mx.Context":
@@ -220,15 +222,16 @@ class Pipeline:
         check_micro_batches(micro_batches, data.shape[0])
         # every part on the last stage, where the loss is: the first stage copies its input
         where = [self.output_context] * micro_batches
-        return parallel.forward_backward(self, loss_fn, parallel.split(data, where),
-                                         parallel.split(label, where), where, scale)
+        return devices.forward_backward(self, loss_fn, devices.split(data, where),
+                                        devices.split(label, where), where, scale)
 
     def make_trainer(self, optimizer="sgd", optimizer_params=None, kvstore=None,
                      batch_size: Optional[int] = None):
-        """One :class:`StageTrainer` over every stage (see
-        :func:`gluondist.kvstore.make_trainer`; ``kvstore=None``: none, as one process needs)."""
-        return kv_trainer.make_trainer(self.net.collect_params(), optimizer, optimizer_params,
-                                       kvstore, 1, batch_size, trainer_type=StageTrainer)
+        """Deprecated: ``gluondist.kvstore.make_trainer(pipe, optimizer, optimizer_params,
+        kvstore)`` makes the same :class:`StageTrainer` over every stage (here ``kvstore=None``:
+        none, as one process needs). Kept while docs/pipeline.md shows it."""
+        from .kv.trainer import make_trainer  # the trainer sits above: asked for, late
+        return make_trainer(self, optimizer, optimizer_params, kvstore, 1, batch_size)
 
 
 def _learn_shapes(net, sample, init) -> None:
@@ -236,7 +239,7 @@ def _learn_shapes(net, sample, init) -> None:
     where shapes are deferred (a net whose layers all have ``in_units`` is left alone)."""
     if all(p.shape and not any(d <= 0 for d in p.shape) for p in net.collect_params().values()):
         return
-    if not parallel.is_initialized(net):
+    if not devices.is_initialized(net):
         net.initialize(init or mx.init.Xavier(), ctx=mx.cpu())
     if any(p._deferred_init for p in net.collect_params().values()):
         if sample is None:
@@ -244,7 +247,7 @@ def _learn_shapes(net, sample, init) -> None:
                              "cannot be balanced: pass sample= (an input batch), stages=[...], "
                              "or in_units to its layers")
         with mx.autograd.pause():
-            net(parallel.split(sample[:1], [mx.cpu()])[0])
+            net(devices.split(sample[:1], [mx.cpu()])[0])
 
 
 def _place(block, ctx, init) -> None:
@@ -258,8 +261,3 @@ def _place(block, ctx, init) -> None:
         if where != [ctx]:
             p.reset_ctx(ctx)
 
-
-# Last: gluondist.parallel re-exports Pipeline and StageTrainer, so whichever of the two
-# modules is imported first, the other finds these names defined.
-from . import parallel  # noqa: E402
-from .kv import trainer as kv_trainer  # noqa: E402 (a module: it may be half-imported here)

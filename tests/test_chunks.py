@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import gluondist
-from gluondist.kv.trainer import Staging, _KeyedStore
+from gluondist.kv.staging import Staging
+from gluondist.kv.trainer import _KeyedStore
 from gluondist.kvstore import CHUNK_BYTES, chunk_bounds, parameter_chunks
 
 from conftest import ROOT, run_cli, SCRIPTS

@@ -36,8 +36,9 @@ def test_bad_values_are_refused_in_one_line(value, message):
 
 def test_values_and_the_default_threshold():
     assert cmp.parse(None) is None
-    assert cmp.parse("fp16") == cmp.Compression("fp16")
-    assert cmp.parse("2bit") == cmp.Compression("2bit", 0.5)  # MXNet's default
+    assert cmp.parse("none") is None  # float32, as None
+    assert cmp.parse("fp16") == cmp.FP16()
+    assert cmp.parse("2bit") == cmp.TwoBit(0.5)  # MXNet's default
     assert cmp.parse({"type": "2bit", "threshold": 2}).mxnet_params() == \
         {"type": "2bit", "threshold": 2.0}
 

@@ -57,6 +57,47 @@ def test_no_import_cycle_in_the_launcher():
     assert cycles == []
 
 
+def cycles_in(graph):
+    """Every import cycle of ``graph`` (module -> the modules it imports), each as a path that
+    ends where it starts."""
+    found, done = [], set()
+
+    def visit(m, path):
+        for d in sorted(graph[m]):
+            if d in path:
+                found.append(path[path.index(d):] + [d])
+            elif d not in done:
+                visit(d, path + [d])
+        done.add(m)
+
+    for m in sorted(graph):
+        if m not in done:
+            visit(m, [m])
+    return found
+
+
+def test_no_import_cycle_in_the_whole_package():
+    """Every module of gluondist/, counting imports inside functions and at the bottom of a
+    module (a late import "because it may be half-imported here" is a cycle too)."""
+    known = modules()
+    graph = {m: imports(m, known[m], known) for m in known}
+    assert cycles_in(graph) == []
+
+
+def test_the_cycle_check_finds_a_late_import(tmp_path):
+    """The check above, on two modules that import each other at their bottom and inside a
+    function: the cycle is found."""
+    pkg = tmp_path / "gluondist"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from . import b\n")
+    (pkg / "b.py").write_text("x = 1\nfrom .a import f  # noqa: E402\n")
+    known = {"gluondist": pkg / "__init__.py", "gluondist.a": pkg / "a.py",
+             "gluondist.b": pkg / "b.py"}
+    graph = {m: imports(m, known[m], known) for m in known}
+    assert cycles_in(graph) == [["gluondist.a", "gluondist.b", "gluondist.a"]]
+
+
 def test_lower_layers_import_neither_click_nor_mxnet():
     code = ("import sys; import gluondist.launcher.supervisor, gluondist.launcher.api, "
             "gluondist.heartbeat, gluondist.launcher.kubernetes, gluondist.launcher.child.pod; "
@@ -107,7 +148,7 @@ def test_the_launcher_never_imports_training_code():
     in_workers = ("gluondist.bench.worker", "gluondist.bench.probe")
     launcher = {m for m in known if m.startswith(("gluondist.launcher", "gluondist.bench"))
                 and m not in in_workers} | {"gluondist.cli"}
-    training = ("gluondist.training", "gluondist.kv.job", "gluondist.kv.trainer",
+    training = ("gluondist.training", "gluondist.kv.node", "gluondist.kv.trainer",
                 "gluondist.kvstore", "gluondist.parallel")
     reach = {m: {d for d in imports(m, known[m], known) if d.startswith(training)}
              for m in launcher}

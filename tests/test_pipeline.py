@@ -4,7 +4,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from gluondist import parallel
+from gluondist import kvstore, parallel
 from gluondist.pipeline import balanced_bounds
 
 
@@ -46,7 +46,8 @@ def test_micro_batches_on_stages_compute_the_whole_batch_on_one_context(stages, 
     opt = {"learning_rate": 0.05, **({"momentum": 0.9} if optimizer == "sgd" else {})}
     loss = mx.gluon.loss.SoftmaxCrossEntropyLoss()
     pipe = parallel.Pipeline(net, [mx.cpu(i) for i in range(stages)])
-    trainer = pipe.make_trainer(optimizer, opt)
+    trainer = kvstore.make_trainer(pipe, optimizer, opt, kvstore=None)  # every stage's
+    assert isinstance(trainer, parallel.StageTrainer)
     one = mx.gluon.Trainer(ref.collect_params(), optimizer, opt, kvstore=None)
     for _ in range(3):
         outputs, _ = pipe.forward_backward(loss, mx.nd.array(X), mx.nd.array(y), micro)

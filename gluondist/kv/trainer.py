@@ -10,13 +10,14 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import envvars as ev, parallel
+from .. import devices, envvars as ev
 from .._mx import mx
 from . import compression as cmp
 from .chunks import chunk_bounds, chunk_bytes_from_env, chunks_in_flight_from_env
-from .job import JOB
 from .kinds import Mode
+from .node import NODE
 from .safepickle import check_sendable
+from .staging import Staging
 
 
 def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
@@ -45,16 +46,22 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     :data:`CHUNKS_IN_FLIGHT` chunks per server (or ``GLUONDIST_CHUNKS_IN_FLIGHT``) are pushed
     and not yet pulled back. The result is bit-equal to sending each gradient whole.
 
-    ``trainer_type``: a subclass of ``gluon.Trainer`` to make (a pipeline's
-    :class:`~gluondist.pipeline.StageTrainer`); default ``gluon.Trainer``.
+    ``params``: a ParameterDict, a list of Parameters, or a
+    :class:`~gluondist.pipeline.Pipeline` (whose ``trainer_type``, a
+    :class:`~gluondist.pipeline.StageTrainer`, then spans every stage). ``trainer_type``: a
+    subclass of ``gluon.Trainer`` to make; default the pipeline's, else ``gluon.Trainer``.
 
-    ``compression`` (dist_sync): None, ``"fp16"``, ``"2bit"`` or ``{"type": "2bit",
-    "threshold": t}`` (see :mod:`gluondist.kv.compression`); chunks are compressed alone."""
+    ``compression`` (dist_sync): None, a registered wire format's name (``"fp16"``, ``"2bit"``)
+    or its dict form (``{"type": "2bit", "threshold": t}``; see
+    :mod:`gluondist.kv.compression`); chunks are compressed alone."""
     compression = cmp.parse(compression)
+    if hasattr(params, "trainer_type"):  # a Pipeline: its parameters, its trainer
+        trainer_type = trainer_type or params.trainer_type
+        params = params.collect_params()
     if chunk_bytes is None:
         chunk_bytes = chunk_bytes_from_env()
     in_flight = chunks_in_flight_from_env()
-    kv = JOB.create(kvstore, num_contexts) if isinstance(kvstore, str) or kvstore is None \
+    kv = NODE.create(kvstore, num_contexts) if isinstance(kvstore, str) or kvstore is None \
         else kvstore
     mode = Mode.of(kv)
     dist = mode is not None and mode.distributed
@@ -83,23 +90,18 @@ def _keyed(kv, params, update_on_kvstore: bool, chunk_bytes: int, in_flight: int
     # lr_mult by name, LARS' and LAMB's norms): only updates on the workers are chunked
     chunks = [parameter_chunks(p, 0 if update_on_kvstore else chunk_bytes) for p in params]
     count = sum(map(len, chunks))
-    half = compression is not None and compression.kind == "fp16"
-    other = [p for p in params if half and np.dtype(p.dtype) != np.float32]
-    if other:
-        raise ValueError(f"compression='fp16' sends float32 gradients as float16, and "
-                         f"parameter {other[0].name} is {np.dtype(other[0].dtype).name}: cast "
-                         "the net to float32 (net.cast('float32')), or use compression=None")
-    # fp16: float16 gradient keys after the float32 ones that broadcast the parameters
-    offset = JOB.reserve_keys(kv, count * (2 if half else 1), not update_on_kvstore,
-                              compression.code if compression is not None else 0.0)
-    JOB.compress(kv, compression)  # 2bit: before this trainer's keys are made
+    wire = (compression or cmp.FLOAT32).bind(kv.num_workers, count)
+    wire.check_params(params)
+    # key_factor 2 (fp16): the wire's keys after the float32 ones that broadcast the parameters
+    offset = NODE.reserve_keys(kv, count * wire.key_factor, not update_on_kvstore,
+                               compression.code if compression is not None else 0.0)
+    NODE.compress(kv, compression)  # kvstore-wide (2bit): before this trainer's keys are made
     # the staging slots: CHUNKS_IN_FLIGHT per server (consecutive chunks go to different
     # servers), as big as the largest chunk of a gradient cut in several
     servers = int(os.environ.get(ev.DMLC_NUM_SERVER, "1"))
     staging = Staging(in_flight * servers,
                       max((b - a for c in chunks if len(c) > 1 for a, b in c), default=0))
-    return _KeyedStore(kv, offset, chunks, staging,
-                       cmp.HalfWire(kv.num_workers, count) if half else None)
+    return _KeyedStore(kv, offset, chunks, staging, wire)
 
 
 def _join(trainer, kv, update_on_kvstore: bool, batch_size: Optional[int]) -> None:
@@ -120,8 +122,8 @@ def _join(trainer, kv, update_on_kvstore: bool, batch_size: Optional[int]) -> No
     # it now and waiting closes the init-pull / gradient-push race (see make_trainer).
     trainer._init_kvstore()
     trainer._init_params()
-    if kv.half is not None:
-        kv.half.init(kv._kv, kv.half_keys(), [b - a for c in kv._chunks for a, b in c])
+    if kv.wire.key_factor > 1:
+        kv.wire.start(kv._kv, kv.wire_keys(), [b - a for c in kv._chunks for a, b in c])
     mx.nd.waitall()
     kv._barrier()
 
@@ -134,74 +136,6 @@ def parameter_chunks(param, chunk_bytes: int) -> List[Tuple[int, int]]:
     return chunk_bounds(size, np.dtype(param.dtype).itemsize, chunk_bytes)
 
 
-class Staging:
-    """The arrays a trainer's chunks travel through, which also bound how many are on the
-    wire (CHUNKS_IN_FLIGHT). MXNet's engine orders operations per array, and a view counts as
-    its whole array: the chunks of one gradient, sent as views of it, would each wait for all
-    of them to be pushed before any pull. So each chunk is copied into a staging array, one
-    per device, and pulled back through it.
-
-    With ``slots`` > 0, chunks take the slots in turn (views of arrays of ``elements``
-    elements, made once); the trainer copies chunk i + slots in only after chunk i's sum was
-    copied out, so at most ``slots`` chunks are in flight. With 0, and for an array that is
-    not a chunk (fp16 casts every gradient), a key has an array of its own."""
-
-    def __init__(self, slots: int, elements: int):
-        self.slots, self.elements = slots, elements
-        self._turn = 0
-        self._arrays: dict = {}  # (slot, device, context, dtype) -> the slot's array
-        self._views: dict = {}  # (slot, MXNet key, dtype) -> views of them for that key
-
-    def take(self, key: int, like, dtype=None, chunk: bool = True) -> list:
-        """Staging views for MXNet key ``key``'s arrays ``like`` (one per device), shaped as
-        they are, of ``dtype`` (default theirs); in the next slot if ``chunk``."""
-        slot = ("key", key)
-        if chunk and self.slots:
-            slot, self._turn = self._turn % self.slots, self._turn + 1
-        views = self._views.get((slot, key, dtype))  # made once: slicing costs more than a copy
-        if views is None:
-            views = self._views[slot, key, dtype] = [
-                self._array(slot, device, array, dtype)[:array.size].reshape(array.shape)
-                for device, array in enumerate(like)]
-        return views
-
-    def _array(self, slot, device: int, like, dtype) -> "mx.nd.NDArray":
-        name = (slot, device, like.context, np.dtype(dtype or like.dtype))
-        made = self._arrays.get(name)
-        if made is None:
-            size = self.elements if isinstance(slot, int) else like.size
-            made = self._arrays[name] = mx.nd.empty((size,), like.context, name[3])
-        return made
-
-
-class _Plain:
-    """The float32 wire (see compression.HalfWire for float16's): a chunk is copied into its
-    staging arrays and its sum copied back out."""
-
-    @staticmethod
-    def begin(keys) -> None:
-        pass
-
-    @staticmethod
-    def key(key: int) -> int:
-        return key
-
-    @staticmethod
-    def stage(key: int, parts, staging: "Staging", chunk: bool) -> list:
-        bufs = staging.take(key, parts, chunk=chunk)
-        for part, buf in zip(parts, bufs):
-            part.copyto(buf)
-        return bufs
-
-    @staticmethod
-    def land(bufs, out) -> None:
-        for buf, target in zip(bufs, out if isinstance(out, (list, tuple)) else [out]):
-            buf.copyto(target)
-
-
-_PLAIN = _Plain()
-
-
 class _KeyedStore(mx.kv.KVStoreBase):
     """The process's distributed kvstore as one trainer sees it.
 
@@ -211,9 +145,10 @@ class _KeyedStore(mx.kv.KVStoreBase):
     ranges) gets one key per chunk, and its arrays travel as views of those ranges."""
 
     def __init__(self, kv, offset: int, chunks: Sequence[Sequence[Tuple[int, int]]],
-                 staging: Optional["Staging"] = None, half: Optional[cmp.HalfWire] = None):
-        self._kv, self._chunks, self.half = kv, [list(c) for c in chunks], half
-        self._count = sum(len(c) for c in chunks)  # fp16: key k's gradient goes on k + count
+                 staging: Optional["Staging"] = None, wire: Optional[cmp.Compression] = None):
+        self._kv, self._chunks = kv, [list(c) for c in chunks]
+        self._count = sum(len(c) for c in chunks)
+        self.wire = wire or cmp.FLOAT32.bind(kv.num_workers, self._count)  # how keys travel
         self._first = list(offset + np.cumsum([0] + [len(c) for c in chunks[:-1]]))
         self.staging = staging or Staging(0, 0)
         # MXNet keys of the chunks of a gradient cut in several (see pushpull)
@@ -272,13 +207,13 @@ class _KeyedStore(mx.kv.KVStoreBase):
 
     def pushpull(self, key, value, out=None, priority=0):
         """What ``Trainer`` calls every step: chunks travel through staging arrays (see
-        Staging; a memory copy each way), a gradient sent whole as it is (float16: cast into
-        an array of its own)."""
+        Staging; a memory copy each way), a gradient sent whole as it is unless the wire
+        stages every one (fp16: cast into an array of its own)."""
         keys, values = self._split(key, value)
         outs = values if out is None else self._split(key, out)[1]
         many = isinstance(keys, list)
         keys, values, outs = (keys, values, outs) if many else ([keys], [values], [outs])
-        wire = self.half or _PLAIN
+        wire = self.wire
         wire.begin(keys)
         # Issued in this order (every call returns at once; MXNet's engine runs each operation
         # after the earlier ones on its arrays): chunk i + slots is staged after chunk i was
@@ -288,7 +223,7 @@ class _KeyedStore(mx.kv.KVStoreBase):
         for k, v, o in zip(keys, values, outs):
             parts = list(v) if isinstance(v, (list, tuple)) else [v]
             chunk = k in self._staged
-            if not chunk and self.half is None:  # as it is
+            if not chunk and wire.whole_as_is:  # as it is
                 self._pushpull([k], [v], [o], priority)
                 continue
             if chunk and len(waiting) == self.staging.slots > 0:
@@ -304,20 +239,20 @@ class _KeyedStore(mx.kv.KVStoreBase):
             wire.land(bufs, o)
 
     def _pushpull(self, keys, values, outs, priority) -> None:
-        if JOB.compression is None:
+        if NODE.compression is None:
             return self._kv.pushpull(keys, values, out=outs, priority=priority)
         self._kv.push(keys, values, priority=priority)  # 2-bit refuses pushpull
         return self._kv.pull(keys, out=outs, priority=priority)
 
-    def half_keys(self) -> List[int]:
-        """The float16 keys of fp16's gradients, in the order of the chunks."""
+    def wire_keys(self) -> List[int]:
+        """The wire's own keys (key_factor 2, fp16's float16 ones), in the order of the
+        chunks."""
         first = int(self._first[0]) if self._first else 0
-        return [first + self._count + j for j in range(self._count)]
+        return [self.wire.key(first + j) for j in range(self._count)]
 
     def check_compression(self) -> None:
-        """After the step's pushpulls: fp16's overflow check."""
-        if self.half is not None:
-            self.half.check()
+        """After the step's pushpulls: the wire's check (fp16's overflow)."""
+        self.wire.check()
 
     def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
         keys, outs = self._split(key, out)  # sparse parameters are never chunked
@@ -358,8 +293,9 @@ class TrainStep:
     ``step(global_count)`` then applies the update. Sync modes (one process, devices,
     ``dist_sync``) apply the mean gradient of the whole global batch, clipped to the global norm
     ``clip`` if given. ``dist_async`` servers apply each worker's gradient alone with a scale
-    fixed at trainer creation (``batch_size``), so a short batch is rescaled through the loss and
-    clipping acts on this worker's own gradient. An empty share (a worker's part of a tiny last
+    fixed at trainer creation (``batch_size``), so a short batch is rescaled through the loss;
+    there is no global gradient at step time, so ``clip`` applies to each worker's own mean
+    gradient, before it is pushed. An empty share (a worker's part of a tiny last
     global batch) gets scale 0: it pushes zeros and keeps in step with the others."""
 
     def __init__(self, trainer, kv, ctxs, batch_size: int, clip: Optional[float] = None,
@@ -409,7 +345,7 @@ class TrainStep:
         if self.async_mode:  # the servers update: push and pull are the whole step
             count = self.batch_size * self.accumulate  # the scale fixed on the servers
             if self.clip is not None:  # clip this worker's own gradient before it goes
-                _clip_local(trainer, self.ctxs, self.clip * count)
+                devices.clip_local_norm(trainer, self.ctxs, self.clip * count)
             trainer.step(count)
             if clock is not None:
                 clock.lap("sync")
@@ -420,7 +356,7 @@ class TrainStep:
         if clock is not None:
             clock.lap("sync")
         if self.clip is not None:
-            parallel.clip_global_norm(trainer, self.ctxs, self.clip * global_count)  # sums
+            devices.clip_global_norm(trainer, self.ctxs, self.clip * global_count)  # sums
         trainer.update(global_count)
         if clock is not None:
             clock.lap("compute")
@@ -436,21 +372,12 @@ class TrainStep:
                  / len(p.list_data()) for p in fixed]
         if self.agree:
             flat = np.concatenate([m.asnumpy().ravel().astype(np.float64) for m in means])
-            flat = JOB.allreduce(flat) / JOB.num_workers()
+            flat = NODE.allreduce(flat) / NODE.num_workers()
             means, at = [], 0
             for p in fixed:
                 size = int(np.prod(p.shape))
                 means.append(mx.nd.array(flat[at:at + size].reshape(p.shape), dtype=p.dtype))
                 at += size
         for p, mean in zip(fixed, means):
-            parallel.assign(p, mean)
+            devices.assign(p, mean)
 
-
-def _clip_local(trainer, ctxs, max_norm):
-    params = [p for p in trainer._params if p.grad_req != "null"]
-    sums = [mx.nd.add_n(*[p.grad(c).as_in_context(ctxs[0]) for c in ctxs]) for p in params]
-    norm = float(mx.nd.sqrt(mx.nd.add_n(*[(g * g).sum() for g in sums])).asscalar())
-    if norm > max_norm:
-        for p in params:
-            for c in ctxs:
-                p.grad(c)[:] *= max_norm / norm

@@ -11,6 +11,7 @@ from typing import Callable, Dict, Optional, Sequence, Union
 
 import numpy as np
 
+from .. import parallel
 from .._mx import mx
 from ..kv import compression as cmp
 from ..kv.kinds import KINDS
@@ -151,13 +152,8 @@ def _loss_weights(weights, name) -> None:
         raise ValueError(f"{name} must be numbers, one per output, not {weights!r}")
 
 
-PARALLEL = ("data", "pipeline")  # what parallel= takes
-
-
 def _parallel(kind, name) -> None:
-    if kind not in PARALLEL:
-        raise ValueError(f"{name} must be 'data' (each device a copy of the net) or 'pipeline' "
-                         f"(the net split into stages, one per device), not {kind!r}")
+    parallel.mode(kind, name)  # a registered mode (gluondist.parallel.register_mode)
 
 
 def _stages(cuts, name) -> None:

@@ -6,13 +6,12 @@ from __future__ import annotations
 import copy
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
 from .. import kvstore as kvs, parallel
-from ..pipeline import Pipeline, check_micro_batches
 from .._mx import mx
 from ..kv import compression
 from ..kv.kinds import Mode
@@ -40,29 +39,23 @@ class FitConfig:
     objective: Objective
     callbacks: List[Callback]  # the user's
     checkpoint_dir: Optional[str]  # the argument's, or the Checkpointer's passed
-    # what runs a batch: the net, or (parallel='pipeline') the Pipeline of its stages, whose
-    # batches are loaded in micro_batches parts, all on the last stage (ctxs says so)
+    # what runs a batch, made by the parallel mode: the net, or (parallel='pipeline') the
+    # Pipeline of its stages, whose batches are loaded in micro_batches parts, all on the last
+    # stage (ctxs says so)
     model: Any = None
     copies: int = 1  # the net's copies on this worker: one per device, or one pipeline
+    layout: Optional[parallel.ParallelMode] = None  # the mode of parallel=
 
 
 def prepare(args: FitArgs) -> FitConfig:
     """Check what holds of the arguments together and one batch of each data source;
     initialise the net."""
     ctxs = parallel.contexts(args.ctx)
-    pipelined = args.parallel == "pipeline"
-    if not pipelined and (args.micro_batches != 1 or args.stages is not None):
-        raise ValueError("micro_batches and stages split a net into a pipeline: pass "
-                         "parallel='pipeline' with them, or leave them out")
-    if args.kvstore is None and len(ctxs) > 1 and not pipelined:
-        raise ValueError(f"kvstore=None on {len(ctxs)} devices would train each device's copy "
-                         "of the net on its own part of the batch (the copies drift apart); "
-                         "use kvstore='auto' or 'device', or one device")
-    copies = 1 if pipelined else len(ctxs)
+    layout = parallel.mode(args.parallel)
+    _check_options(args, layout)
+    copies = layout.copies(ctxs)
     mode = kvs.resolve_mode(args.kvstore, copies)
-    if pipelined and mode is not None and mode.updates_on_servers:
-        raise ValueError(f"parallel='pipeline' updates on the workers; kvstore {str(mode)!r} "
-                         "runs the optimizer on the servers: use dist_sync")
+    layout.check(args, ctxs, mode)
     compression.check_mode(compression.parse(args.compression), mode)
     workers = kvs.num_workers() if mode is not None and mode.distributed else 1
     train, val, batch_size, val_batch = _sources(args, workers)
@@ -71,11 +64,7 @@ def prepare(args: FitArgs) -> FitConfig:
     checkpoint_dir = checkpoint_dir_of(args.checkpoint_dir, callbacks)
     if args.seed is not None:
         seed_all(args.seed)
-    model = args.net
-    if pipelined:
-        model, ctxs = _pipeline(args, ctxs, train, batch_size)
-    else:
-        parallel.initialize(args.net, ctxs)
+    model, ctxs = layout.prepare(args, ctxs, train, batch_size)
     objective = check_batch(model, None, train, "train_data", ctxs[0], batch_size, args.loss,
                             args.loss_weights, args.metrics, args.class_weight)
     if val is not None:
@@ -87,16 +76,18 @@ def prepare(args: FitArgs) -> FitConfig:
     return FitConfig(args=args, ctxs=ctxs, mode=mode, train=train, val=val,
                      batch_size=batch_size, val_batch=val_batch, optimizer=optimizer,
                      opt_params=opt_params, clip=clip, objective=objective, callbacks=callbacks,
-                     checkpoint_dir=checkpoint_dir, model=model, copies=copies)
+                     checkpoint_dir=checkpoint_dir, model=model, copies=copies,
+                     layout=layout)
 
 
-def _pipeline(args: FitArgs, ctxs, train: Source, batch_size: int):
-    """``(pipeline, data contexts)``: the net's stages placed on ``ctxs``, and where a batch's
-    micro-batches are loaded (the last stage, whose outputs meet the labels there)."""
-    check_micro_batches(args.micro_batches, batch_size)
-    sample = train.load(np.arange(1), [mx.cpu()])[0][0]  # shapes, to balance the stages
-    pipe = Pipeline(args.net, ctxs, args.stages, sample=sample)
-    return pipe, [pipe.output_context] * args.micro_batches
+def _check_options(args: FitArgs, layout: parallel.ParallelMode) -> None:
+    """Refuse, in one line, arguments of another parallel mode than ``layout`` given."""
+    defaults = {f.name: f.default for f in fields(FitArgs)}
+    for other in parallel.MODES.values():
+        foreign = [o for o in other.options if o not in layout.options]
+        if any(getattr(args, o) != defaults[o] for o in foreign):
+            raise ValueError(f"{' and '.join(foreign)} {other.options_text}: pass "
+                             f"parallel={other.name!r} with them, or leave them out")
 
 
 def _sources(args: FitArgs, workers: int):

@@ -16,7 +16,7 @@ from typing import Iterator, List, Optional, Sequence
 import numpy as np
 
 from .._mx import mx
-from ..parallel import split
+from ..devices import split
 from .arrays import (arrays_of, check_dataset_arrays, class_weight_table, class_weights,
                      count_mismatch, several)
 from .prefetch import Prefetcher

@@ -130,10 +130,7 @@ def _setup(net, data, batch_size, ctx, labelled=True, default=DEFAULT_BATCH_SIZE
         raise ValueError("the net has no parameters yet: train it with fit, load them "
                          "(net.load_parameters), or initialise them (net.initialize())")
     check_float32(net)
-    if isinstance(net, parallel.Pipeline):  # its stages stay where they are; ctx is ignored
-        ctxs = [net.output_context]
-    else:
-        parallel.initialize(net, ctxs)  # moved to ctxs, values kept
+    ctxs = parallel.mode_of(net).eval_contexts(net, ctxs)  # a pipeline's: its last stage's
     src, loader_batch = source(data, "data", labelled=labelled)
     batch_size = batch_size or loader_batch or default
     check_count(batch_size, "batch_size", 1)

@@ -106,7 +106,7 @@ class EarlyStopping(_Monitor, Callback):
 
     def on_train_end(self, run):
         if self.restore_best_weights and self.best_weights is not None:
-            from ..parallel import assign
+            from ..devices import assign
             for name, p in run.net._collect_params_with_prefix().items():
                 assign(p, self.best_weights[name])
             log.info("restored the weights of epoch %d (best %s %.6g)", self.best_epoch + 1,

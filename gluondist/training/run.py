@@ -85,10 +85,9 @@ def start(cfg: FitConfig) -> LoopState:
     if seed is None:
         seed = _job_seed() if distributed else random.SystemRandom().randrange(SEEDS)
     start = ckpt.epoch + 1 if ckpt is not None else 0
-    trainer = kvs.make_trainer(args.net.collect_params(), cfg.optimizer, cfg.opt_params or None,
-                               kv, cfg.copies, cfg.batch_size * args.accumulate,
-                               trainer_type=getattr(cfg.model, "trainer_type", None),
-                               compression=args.compression)
+    trainer = cfg.layout.make_trainer(cfg.model, cfg.optimizer, cfg.opt_params or None, kv,
+                                      cfg.copies, cfg.batch_size * args.accumulate,
+                                      compression=args.compression)
     step = kvs.TrainStep(trainer, kv, ctxs, cfg.batch_size, cfg.clip, args.accumulate)
     if step.agree:
         _agree(cfg, start)

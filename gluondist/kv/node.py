@@ -3,8 +3,8 @@ distributed kvstore, and the collectives (allreduce, allgather, barrier) built o
 
 MXNet allows one distributed kvstore per process, kept for the life of the process, and keys
 registered on it stay registered. So the kvstore, the next key a trainer gets and the keys that
-allreduce has registered are state of the process: they live in one :class:`Job`, ``JOB``, which
-the functions of :mod:`gluondist.kvstore` use.
+allreduce has registered are state of the process, a node of the job in ps-lite's words: they
+live in one :class:`Node`, ``NODE``, which the functions of :mod:`gluondist.kvstore` use.
 """
 from __future__ import annotations
 
@@ -80,22 +80,24 @@ def reduce_keys(n: int) -> List[int]:
     return [REDUCE_BASE + REDUCE_CHUNK + 1 + j for j in range(-(-n // REDUCE_CHUNK))]
 
 
-class Job:
-    """The process's distributed kvstore (None until created), the first key the next trainer
-    gets, and the allreduce keys registered so far."""
+class Node:
+    """This process's kvstore state: its distributed kvstore (None until created), the first
+    key the next trainer gets, the allreduce keys registered so far and the kvstore-wide
+    compression (MXNet's 2-bit) once set."""
 
     def __init__(self):
         self.kv = None
         self.next_key = 0
         self.reduce_keys: set = set()
-        self.compression: Optional[cmp.Compression] = None  # 2bit, once set: for good
+        # a kvstore-wide compression (2bit), once set: for good
+        self.compression: Optional[cmp.Compression] = None
 
     def compress(self, kv, compression: Optional[cmp.Compression]) -> None:
-        """Give the distributed kvstore ``kv`` the 2-bit compression a trainer asks for, before
-        its keys are made (or check that it has the same: MXNet cannot undo it)."""
-        if self.compression is None and compression is not None and \
-                compression.kind == "2bit":
-            kv.set_gradient_compression(compression.mxnet_params())
+        """Give the distributed kvstore ``kv`` the kvstore-wide compression a trainer asks for
+        (MXNet's 2-bit), before its keys are made (or check that it has the same: MXNet cannot
+        undo it)."""
+        if self.compression is None and compression is not None and compression.kvstore_wide:
+            compression.setup(kv)
             self.compression = compression
             return
         if self.compression is not None:
@@ -172,9 +174,10 @@ class Job:
         return [o.asnumpy() for o in outs]
 
     def _allreduce_bits(self, values: np.ndarray) -> np.ndarray:
-        """allreduce under 2-bit: every worker's bits, which 2-bit sends exactly, summed by
-        the servers; each worker adds the values up itself, in rank order."""
-        t, workers = self.compression.threshold, self.num_workers()
+        """allreduce under 2-bit: every worker's bits, which 2-bit sends exactly (as its
+        ``bit_value`` or 0), summed by the servers; each worker adds the values up itself, in
+        rank order."""
+        t, workers = self.compression.bit_value, self.num_workers()
         flat = cmp.encode_bits(values, self.rank(), workers, t)
         count = -(-flat.size // REDUCE_CHUNK)
         if count > BIT_KEYS:
@@ -222,4 +225,4 @@ class Job:
                                    "training calls in order, with the same settings")
         return offset
 
-JOB = Job()  # this process's
+NODE = Node()  # this process's
