@@ -148,13 +148,20 @@ def _server_counts(ctx, param, value):
 
 
 def _compressions(ctx, param, value: str):
-    from .bench.model import WIRE
+    from .kv.compression import REGISTRY
     names = [v.strip() for v in value.split(",")]
-    unknown = [n for n in names if n not in WIRE]
+    unknown = [n for n in names if n not in REGISTRY]
     if unknown or len(set(names)) != len(names):
-        raise click.BadParameter(f"{value!r}: give distinct names of {', '.join(WIRE)}, such "
-                                 "as none,fp16,2bit")
+        raise click.BadParameter(f"{value!r}: give distinct names of {', '.join(REGISTRY)}, "
+                                 f"such as {','.join(REGISTRY)}")
     return names
+
+
+def _compression_help() -> str:
+    from .kv.compression import REGISTRY
+    return ("fit's compression= values to measure, comma-separated (" +
+            "; ".join(f"{n}: {c.description}" for n, c in REGISTRY.items()) +
+            "): a row each, and advice.")
 
 
 class _BenchWorkers(click.IntRange):
@@ -194,8 +201,7 @@ class _BenchWorkers(click.IntRange):
 @click.option("--unchunked", is_flag=True,
               help="Also measure each row with every array sent whole.")
 @click.option("--compression", "compressions", callback=_compressions, default="none",
-              show_default=True, help="fit's compression= values to measure, comma-separated "
-                                      "(none, fp16, 2bit): a row each, and advice.")
+              show_default=True, help=_compression_help())
 def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path, chunk_bytes,
                   unchunked, compressions, **values):
     """Run a dist_sync job per server count (and layout, with --server-hosts) whose workers

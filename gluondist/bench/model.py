@@ -16,16 +16,36 @@ byte crosses a link and every row is predicted to take the calibration row's tim
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
+from ..kv import compression as cmp
 from ..kv.chunks import SERVER_HASH  # MXNet puts a small key k on server (k * 9973) % servers
 
 DEFAULT_BIGARRAY_BOUND = 1000 * 1000  # MXNET_KVSTORE_BIGARRAY_BOUND's default (elements)
 
-# Bytes per float32 element on the wire, (push, pull), for each compression= of fit: fp16 halves
-# both; MXNet's 2-bit packs 16 elements in one float32 when pushing and pulls whole float32.
-WIRE = {"none": (4.0, 4.0), "fp16": (2.0, 2.0), "2bit": (0.25, 4.0)}
+
+class _Wires(Mapping):
+    """Bytes per float32 element on the wire, ``(push, pull)``, for each registered
+    compression= of fit, by name (``"none"``: float32), as each format declares them: fp16
+    halves both; MXNet's 2-bit packs 16 elements in one float32 when pushing and pulls whole
+    float32. Read from the registry, so a format registered later is here too."""
+
+    def __getitem__(self, name: str) -> Tuple[float, float]:
+        if name not in cmp.REGISTRY:
+            raise KeyError(name)
+        wire = cmp.REGISTRY[name]
+        return wire.push_bytes, wire.pull_bytes
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(cmp.REGISTRY))
+
+    def __len__(self) -> int:
+        return len(cmp.REGISTRY)
+
+
+WIRE = _Wires()
 
 
 @dataclass(frozen=True)
