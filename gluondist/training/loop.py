@@ -56,7 +56,8 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
     ``batch_size * N``, so the job computes what one process with that batch would.
     ``loss=None`` is softmax cross-entropy; ``metrics='auto'`` is accuracy for outputs trained
     with it, none for others. ``optimizer_params`` goes to the optimizer, plus
-    ``clip_global_norm`` (clip the mean gradient to this 2-norm).
+    ``clip_global_norm`` (clip the mean gradient to this 2-norm; under ``dist_async``, where
+    there is no global gradient at step time, each worker's own gradient before it is pushed).
 
     ``checkpoint_dir``: after each epoch worker 0 writes a checkpoint (see
     :mod:`gluondist.checkpoint`); with ``resume`` a later call continues after the last complete
@@ -71,11 +72,12 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
     ``loss_weights``, ``metrics={output: names}``. ``(X, y, sample_weight)`` and
     ``class_weight={label: weight}`` weight each sample's loss. ``parallel='pipeline'`` splits
     a ``Sequential`` into one stage per device of ``ctx`` (at ``stages``, else balanced by
-    parameter count), each batch in ``micro_batches`` parts: see docs/pipeline.md.
-    ``compression``: gradients sent as float16 (``'fp16'``) or MXNet's 2-bit in a
-    ``dist_sync`` job (docs/fit.md). Inputs, labels and weights are cast to float32 (the net
-    must be float32); ``optimizer_params`` and an optimizer instance
-    are copied, never changed. Every argument, its default and meaning: the table in
+    parameter count), each batch in ``micro_batches`` parts: see docs/pipeline.md (other modes:
+    :func:`gluondist.parallel.register_mode`). ``compression``: gradients sent as float16
+    (``'fp16'``) or MXNet's 2-bit in a ``dist_sync`` job (docs/fit.md), or a format of
+    :func:`gluondist.kv.compression.register`. Inputs, labels and weights are cast to float32
+    (the net must be float32); ``optimizer_params`` and an optimizer instance are copied, never
+    changed. Every argument, its default and meaning: the table in
     docs/fit.md, from :class:`~gluondist.training.arguments.FitArgs`.
 
     Raises ValueError before training for inconsistent or unusable input (in a ``dist_sync``
