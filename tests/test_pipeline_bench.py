@@ -49,7 +49,7 @@ def test_overlap_counts_the_time_both_devices_were_busy():
 
 def test_the_pages_overlap_figures_are_the_saved_run():
     saved = json.loads((RESULTS / "pipeline_overlap.json").read_text())["cases"]
-    page = (ROOT / "docs" / "pipeline.md").read_text()
+    page = (ROOT / "docs" / "pipeline-engine.md").read_text()
     for name, shown in [("chains", "two independent chains"), ("pipeline", "pipeline       "),
                         ("pipeline, no bulking", "pipeline, no bulking"), ("naive", "naive   ")]:
         row = next(line for line in page.splitlines() if line.startswith(shown))
