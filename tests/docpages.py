@@ -1,7 +1,8 @@
 """The code blocks of the README, CONTRIBUTING.md and the docs pages, as the tests read them.
 
-A block is run by tests/test_doc_blocks.py (Python, in order, in one namespace), or the line
-before it says which test runs it or why none does:
+A block is run by tests/test_doc_blocks.py (Python, in order, in one namespace of a fresh
+interpreter, a subprocess per page), or the line before it says which test runs it or why none
+does:
 
     <!-- run by: tests/test_x.py::test_y -->   that test reads this very block with block()
                                                and runs it as it is (test_doc_blocks checks
