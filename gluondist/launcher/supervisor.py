@@ -159,8 +159,8 @@ class Supervisor:
                 result = self.result
                 step = next_step(result, self.job.max_restarts)
                 if step is Step.RETRY_PORT:
-                    self.console.note(f"the scheduler's port {port} was taken; retrying on "
-                                      "another")
+                    taken = f"the scheduler's port {port} was taken; retrying on another"
+                    self.console.note(taken)
                     continue
                 if step is Step.FINISH:
                     self._finish(result)
