@@ -42,7 +42,7 @@ DENY_PREFIXES = ("SSH_", "XDG_", "DMLC_", "PS_", "GLUONDIST_", "BASH_FUNC_")
 REMOTE = child.REMOTE
 # --link-timeout's default: how long a host may be unreachable before it counts as lost. Long
 # enough for TCP to retransmit across a blip of several seconds, short enough that a cut-off
-# host is cleared well within a minute (see docs/multihost.md).
+# host is cleared well within a minute (see docs/multi-host.md).
 LINK_TIMEOUT = 18.0
 ALIVE_COUNT = 3  # ssh keepalives a session may miss before ssh ends it
 
