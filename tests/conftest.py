@@ -1,3 +1,4 @@
+import json
 import os
 import signal
 import subprocess
@@ -190,6 +191,32 @@ def curves(history):
     return {k: v for k, v in history.items() if k not in SPEED_KEYS}
 
 
+def one_process(epochs, batch, opts=None):
+    """fit_job.py's training in this process: its parameters and History dict."""
+    import gluondist
+    sys.path.insert(0, str(SCRIPTS))
+    import fit_job
+    train, val = fit_job.data()
+    model = fit_job.net(opts)
+    history = gluondist.fit(model, train, val_data=val, epochs=epochs, batch_size=batch, seed=11,
+                            optimizer_params=fit_job.optimizer_params(opts or {}))
+    params = {k: p.data().asnumpy() for k, p in model._collect_params_with_prefix().items()}
+    return params, history.history
+
+
+def job_results(path, workers):
+    """What each of fit_job.py's ``workers`` saved in ``path``: parameters, curves."""
+    params = [dict(np.load(path / f"params.{r}.npz")) for r in range(workers)]
+    histories = [curves(json.loads((path / f"history.{r}.json").read_text()))
+                 for r in range(workers)]
+    return params, histories
+
+
+def total(params):
+    """The sum of the absolute values of every parameter."""
+    return sum(float(np.abs(v).sum()) for v in params.values())
+
+
 OPT = {"learning_rate": 0.1, "momentum": 0.9}
 
 
@@ -219,3 +246,14 @@ def pytest_collection_modifyitems(items):
     for item in slow:
         item.add_marker(pytest.mark.xdist_group("slow"))
     items[:] = slow + [item for item in items if not item.get_closest_marker("slow")]
+
+
+@pytest.fixture
+def fake(tmp_path):
+    """The fake backend (fake_backend.py), registered for the test."""
+    from fake_backend import Fake
+    from gluondist.launcher import transports
+    backend = Fake()
+    transports.register(backend)
+    yield backend
+    transports.unregister(backend.name)

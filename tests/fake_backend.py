@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
+from conftest import TAG, tagged_pids
+from gluondist.launcher.options import LaunchOptions
+from gluondist.launcher.ports import free_ports
+from gluondist.launcher.supervisor import launch_job
 from gluondist.launcher.transports import Backend
 from gluondist.launcher.transports.local import LocalTransport
 from gluondist.launcher.transports.ssh import Ssh, SshTransport
 
 NODE = str(Path(__file__).parent / "scripts" / "fake_node.py")
+WORKER = str(Path(__file__).parent / "scripts" / "fake_worker.py")
 LOST = 255
 # Coverage (pyproject.toml: patch = subprocess) measures the launcher's processes; the stand-in
 # nodes are the tests' own, and starting coverage in each cost the control loop's tests a
@@ -76,3 +82,19 @@ class FakeSsh(Ssh):
     def transport(self, options, env):
         self.preflight(options)
         return FakeSshTransport(options.python, env, os.getcwd(), options.ssh_config)
+
+
+def run(tmp_path, *action, tag="", hosts="h1:1,h2:1", launcher="fake", stop=None, ports=None,
+        **options):
+    """The job ``fake_worker.py ACTION`` through the fake backend; its result and what the
+    console showed (notes on stderr)."""
+    shown = []
+    tag = tag or uuid.uuid4().hex
+    env = {"FAKE_DIR": str(tmp_path), TAG: tag, **options.pop("env", {})}
+    opts = LaunchOptions((WORKER, *action), num_workers=options.pop("num_workers", 2),
+                         launcher=launcher, hosts=hosts, env=env, **options)
+    result = launch_job(opts, lambda text, note: shown.append((text, note)), keep_logs=True,
+                        stop=stop, ports=ports or free_ports)
+    notes = [text for text, note in shown if note]
+    assert tagged_pids(tag) == []  # nothing of the job outlives it
+    return result, notes

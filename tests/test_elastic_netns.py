@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 
 import netns
-from conftest import SCRIPTS, wait_until
+from conftest import SCRIPTS, job_results, one_process, wait_until
 from gluondist.launcher.outcome import LOST_EXIT
-from test_fit_job import job_results, one_process
 
 pytestmark = pytest.mark.slow
 SCRIPT = str(SCRIPTS / "fit_job.py")

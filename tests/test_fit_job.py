@@ -2,40 +2,15 @@
 equal results, resumes and restarts, dist_async, agreement on stops, NaN and
 checkpoints, refused shards of different lengths."""
 import json
-import sys
 import time
 
 import numpy as np
 import pytest
 
-import gluondist
-from conftest import SCRIPTS, Job, curves, reap, rel_diff
-
-sys.path.insert(0, str(SCRIPTS))
-import fit_job  # noqa: E402
+from conftest import SCRIPTS, Job, job_results, one_process, reap, rel_diff, total
 
 pytestmark = pytest.mark.slow
 SCRIPT = str(SCRIPTS / "fit_job.py")
-
-
-def one_process(epochs, batch, opts=None):
-    train, val = fit_job.data()
-    model = fit_job.net(opts)
-    history = gluondist.fit(model, train, val_data=val, epochs=epochs, batch_size=batch, seed=11,
-                            optimizer_params=fit_job.optimizer_params(opts or {}))
-    params = {k: p.data().asnumpy() for k, p in model._collect_params_with_prefix().items()}
-    return params, history.history
-
-
-def job_results(path, workers):
-    params = [dict(np.load(path / f"params.{r}.npz")) for r in range(workers)]
-    histories = [curves(json.loads((path / f"history.{r}.json").read_text()))
-                 for r in range(workers)]
-    return params, histories
-
-
-def total(params):
-    return sum(float(np.abs(v).sum()) for v in params.values())
 
 
 def resume_like_one_process(launch, tmp_path, ckpt, first):

@@ -15,11 +15,10 @@ import pytest
 
 import gluondist
 import netns
-from conftest import SCRIPTS, rel_diff, wait_until
+from conftest import SCRIPTS, job_results, one_process, rel_diff, total, wait_until
 from gluondist.launcher.child.remote import PROTOCOL
 from gluondist.launcher.transports import ssh
 from gluondist.launcher.outcome import LOST_EXIT
-from test_fit_job import job_results, one_process, total
 
 pytestmark = pytest.mark.slow
 SCRIPT = str(SCRIPTS / "fit_job.py")

@@ -5,7 +5,6 @@ worker 1 then registers an atexit handler that writes atexit.1 (with MODE=hang i
 atexit.1 and sleeps), writes `buffered` to buffered.1 without flushing or closing it, and
 raises (MODE=exit: sys.exit(4)). Worker 0 keeps pushing, blocked on the missing peer."""
 import atexit
-import os
 import sys
 import time
 
