@@ -225,14 +225,6 @@ class Pipeline:
         return devices.forward_backward(self, loss_fn, devices.split(data, where),
                                         devices.split(label, where), where, scale)
 
-    def make_trainer(self, optimizer="sgd", optimizer_params=None, kvstore=None,
-                     batch_size: Optional[int] = None):
-        """Deprecated: ``gluondist.kvstore.make_trainer(pipe, optimizer, optimizer_params,
-        kvstore)`` makes the same :class:`StageTrainer` over every stage (here ``kvstore=None``:
-        none, as one process needs). Kept while docs/pipeline.md shows it."""
-        from .kv.trainer import make_trainer  # the trainer sits above: asked for, late
-        return make_trainer(self, optimizer, optimizer_params, kvstore, 1, batch_size)
-
 
 def _learn_shapes(net, sample, init) -> None:
     """Make every parameter's shape known (to count it): a forward of one sample on the CPU

@@ -96,7 +96,7 @@ def test_register_mode_refuses_what_is_not_a_mode_or_a_taken_name():
 def test_a_pipeline_trainer_comes_from_make_trainer():
     pipe = parallel.Pipeline(mlp(4), [mx.cpu(0), mx.cpu(1)], sample=np.zeros((1, 6), np.float32))
     assert isinstance(kvstore.make_trainer(pipe, kvstore=None), parallel.StageTrainer)
-    assert isinstance(pipe.make_trainer(), parallel.StageTrainer)  # deprecated, the same
+    assert not hasattr(pipe, "make_trainer")  # the trainer does not reach up from here
 
 
 def test_a_wire_format_registered_in_one_module_is_known_everywhere(exact_wire):
