@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from .. import envvars as ev, wire
+from ..kv import compression as cmp
 from ..kv.chunks import chunk_bounds
 from .model import (DEFAULT_BIGARRAY_BOUND, WIRE, Layout, calibrate, key_parts, link_bytes,
                     predict)
@@ -193,8 +194,8 @@ def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: i
     the workers' hosts, then on the server hosts), through ``launch_job(options, show)``
     (which keeps the logs); returns ``(table, recommended row, failure)``, failure being the
     failed job's LaunchResult. Each job measures every one of ``compressions`` (WIRE's keys;
-    2bit last: MXNet keeps it for the process), a row each."""
-    compressions = sorted(compressions, key=lambda c: c == "2bit")
+    the kvstore-wide ones last: MXNet keeps them for the process), a row each."""
+    compressions = sorted(compressions, key=lambda c: cmp.lookup(c).kvstore_wide)
     layouts: List[Tuple[str, object]] = [("colocated", ())]
     if base_options.server_hosts:
         layouts.append(("dedicated", base_options.server_hosts))
