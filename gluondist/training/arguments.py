@@ -182,7 +182,8 @@ class FitArgs:
         _optimizer)
     optimizer_params: Optional[dict] = _arg(
         None, f"The optimizer's settings (fit trains with a copy), plus `{CLIP_KEY}`: clip the "
-              "mean gradient to that 2-norm.", _optional(_optimizer_params))
+              "global batch's mean gradient to that 2-norm (under `dist_async`, each "
+              "worker's own).", _optional(_optimizer_params))
     epochs: int = _arg(
         1, "Epochs to train; a resumed run counts those it trained before; 0 trains nothing "
            "(the History is empty).", _count(0))
