@@ -23,35 +23,26 @@ from gluondist.launcher.outcome import (Attempt, Ending, Failure, Kind, LaunchRe
                                         ProcessEnd, Teardown, Why, diagnose)
 from gluondist.launcher.plan import LaunchPlan, ProcessSpec
 from gluondist.launcher.ports import free_ports
-from gluondist.launcher.supervisor import Step, launch_job, next_step
-from conftest import HERE, SCRIPTS, tagged_pids, TAG
-from fake_backend import Fake, FakeSsh
-
-WORKER = str(SCRIPTS / "fake_worker.py")
+from gluondist.launcher.supervisor import Step, next_step
+from conftest import HERE, tagged_pids, TAG
+from fake_backend import WORKER, FakeSsh, run
 
 
 @pytest.fixture
-def fake(tmp_path):
-    backend = Fake()
-    transports.register(backend)
-    yield backend
-    transports.unregister(backend.name)
+def first_port_taken():
+    """A port a socket of the test holds, and a ``ports`` for run() that gives it as the
+    scheduler's to the first attempt only (free ones to the others)."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port, calls = taken.getsockname()[1], []
 
-
-def run(tmp_path, *action, tag="", hosts="h1:1,h2:1", launcher="fake", stop=None, ports=None,
-        **options):
-    """The job ``fake_worker.py ACTION`` through the fake backend; its result and what the
-    console showed (notes on stderr)."""
-    shown = []
-    tag = tag or uuid.uuid4().hex
-    env = {"FAKE_DIR": str(tmp_path), TAG: tag, **options.pop("env", {})}
-    opts = LaunchOptions((WORKER, *action), num_workers=options.pop("num_workers", 2),
-                         launcher=launcher, hosts=hosts, env=env, **options)
-    result = launch_job(opts, lambda text, note: shown.append((text, note)), keep_logs=True,
-                        stop=stop, ports=ports or free_ports)
-    notes = [text for text, note in shown if note]
-    assert tagged_pids(tag) == []  # nothing of the job outlives it
-    return result, notes
+    def ports(count, host):
+        calls.append(count)
+        free = free_ports(count, host)
+        return [port, *free[1:]] if len(calls) == 1 else free
+    yield port, ports
+    taken.close()
 
 
 def test_a_backend_added_in_one_module_runs_a_job(tmp_path, fake):
@@ -143,20 +134,10 @@ def test_a_restart_that_no_longer_fits_is_refused_in_one_line(tmp_path, fake):
     assert notes[-1] == "gluondist: exit code 75 (lost a host)"
 
 
-def test_a_taken_port_is_retried_on_another_and_is_no_restart(tmp_path, fake):
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    port, calls = taken.getsockname()[1], []
-
-    def ports(count, host):
-        calls.append(count)
-        free = free_ports(count, host)
-        return [port, *free[1:]] if len(calls) == 1 else free
-    try:
-        result, notes = run(tmp_path, "ok", hosts="127.0.0.1:2", ports=ports)
-    finally:
-        taken.close()
+def test_a_taken_port_is_retried_on_another_and_is_no_restart(tmp_path, fake,
+                                                              first_port_taken):
+    port, ports = first_port_taken
+    result, notes = run(tmp_path, "ok", hosts="127.0.0.1:2", ports=ports)
     assert result.exit_code == 0 and len(result.attempts) == 2 and result.restarts == ()
     assert result.attempts[0].failure.kind is Kind.PORT_TAKEN
     assert f"gluondist: the scheduler's port {port} was taken; retrying on another" in notes
@@ -371,3 +352,17 @@ def failed(kind):
 def test_next_step_is_the_control_loops_one_rule(kinds, max_restarts, step):
     attempts = tuple(Attempt(PLAN) if k is None else failed(k) for k in kinds)
     assert next_step(LaunchResult(attempts), max_restarts) is step
+
+
+# issue 36, defect 2: every attempt keeps its own logs, whatever ended the one before
+
+def test_a_port_retry_keeps_each_attempts_log(tmp_path, fake, first_port_taken):
+    logs = tmp_path / "logs"
+    result, _ = run(tmp_path, "ok", hosts="127.0.0.1:2", ports=first_port_taken[1],
+                    log_dir=str(logs))
+    assert len(result.attempts) == 2 and result.attempts[0].failure.kind is Kind.PORT_TAKEN
+    assert sorted(p.name for p in logs.glob("scheduler*")) == ["scheduler.log",
+                                                               "scheduler.restart1.log"]
+    assert "worker 0 running ok" in (logs / "worker.0.restart1.log").read_text()
+    # the first attempt's, kept: its job never formed (the retry's would say it ran)
+    assert "worker 0 running ok" not in (logs / "worker.0.log").read_text()

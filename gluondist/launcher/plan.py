@@ -74,15 +74,15 @@ def placement_of(options: LaunchOptions) -> Placement:
 
 def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = (),
                cores: int = 1, base_env: Mapping[str, str] = None,
-               restart: int = 0) -> LaunchPlan:
+               attempt: int = 0) -> LaunchPlan:
     """The scheduler, servers and workers to start, in that order.
 
     ``port`` is the scheduler's; ``node_ports`` (servers first, then workers), when given, fix
     each node's port in ascending order so ps-lite's ranks equal ours (see pslite_order; on
     another host such a port is only probably free: if taken, ps-lite picks another and
     ``gluondist.kvstore.rank()`` still follows the kvstore). ``base_env`` is the
-    launcher's environment, read only to respect what the user set. ``restart`` counts the
-    restarts before this attempt."""
+    launcher's environment, read only to respect what the user set. ``attempt`` is the
+    attempt's index (0 first; every restart, grow and port retry adds one)."""
     base_env = {} if base_env is None else base_env
     placement = placement_of(options)
     common = job_env(options.scheduler_address or placement.scheduler.addr, port,
@@ -98,7 +98,7 @@ def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = ()
     def spec(role, rank, host, argv, extra):
         # ps-lite reads DMLC_INTERFACE only when DMLC_NODE_HOST is empty
         where = {} if options.interface and role != "scheduler" else {ev.DMLC_NODE_HOST: host.addr}
-        env = {**common, **where, **role_env(role, rank, options.kvstore, restart), **extra,
+        env = {**common, **where, **role_env(role, rank, options.kvstore, attempt), **extra,
                **options.env, **forced}
         if role == "worker" and options.threads is not None:
             env[ev.OMP_NUM_THREADS] = str(options.threads)

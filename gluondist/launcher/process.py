@@ -146,13 +146,15 @@ class ProcessGroup:
 
     def __init__(self, specs: Sequence[ProcessSpec], on_line: Callable[[ProcessSpec, str], None],
                  log_dir: Optional[str] = None, transport: Optional[Transport] = None,
-                 restart: int = 0,
+                 attempt: int = 0,
                  progress: bool = False):
         self.specs = list(specs)
         self.progress = progress  # give each worker a progress channel (stall detection)
         self.on_line = on_line
         self.log_dir = log_dir
-        self.restart = restart  # a restarted job's logs go beside, not over, the failed one's
+        # the attempt's index (0 first; a restart, a grow and a port retry each add one): a
+        # later attempt's logs go beside, not over, the earlier ones' (issue 36, defect 2)
+        self.attempt = attempt
         self.transport = transport or LocalTransport()
         self.children: List[Child] = []
         self._reaper: Optional[subprocess.Popen] = None
@@ -185,7 +187,7 @@ class ProcessGroup:
         if self.log_dir is None:
             return [None] * len(self.specs)
         paths = [os.path.join(self.log_dir, s.log_name.replace(
-            ".log", f".restart{self.restart}.log") if self.restart else s.log_name)
+            ".log", f".restart{self.attempt}.log") if self.attempt else s.log_name)
             for s in self.specs]
         for path in paths:  # none is truncated unless all can be written
             if os.path.isdir(path) or (os.path.exists(path) and not os.access(path, os.W_OK)):

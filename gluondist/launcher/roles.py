@@ -43,12 +43,14 @@ def pslite_verbose(user: Optional[str]) -> Tuple[str, bool]:
     return str(max(level, 1)), level >= 1
 
 
-def role_env(role: str, rank: int, kvstore: str, restart: int = 0) -> Dict[str, str]:
-    """The variables that make a process this role (and, for a worker, this rank)."""
+def role_env(role: str, rank: int, kvstore: str, attempt: int = 0) -> Dict[str, str]:
+    """The variables that make a process this role (and, for a worker, this rank, with the
+    ``attempt``'s index as GLUONDIST_RESTART_COUNT, as torchrun's TORCHELASTIC_RESTART_COUNT
+    counts every start of the worker group: restarts, grows and port retries alike)."""
     env = {ev.DMLC_ROLE: role}
     if role == "worker":
         env.update({ev.GLUONDIST_RANK: str(rank), ev.GLUONDIST_KVSTORE: kvstore,
-                    ev.GLUONDIST_RESTART_COUNT: str(restart), ev.PYTHONUNBUFFERED: "1"})
+                    ev.GLUONDIST_RESTART_COUNT: str(attempt), ev.PYTHONUNBUFFERED: "1"})
     return env
 
 

@@ -147,14 +147,15 @@ class Supervisor:
             while True:
                 if self.stop:
                     raise Stopped(self.stop.signum)
+                number = len(self.attempts)  # this attempt's index: its logs and RESTART_COUNT
                 restarts = len(restarted_from(self.attempts))  # the failed attempts restarted from
                 port, *node_ports = self.ports(self.options.num_processes, self.options.host)
                 plan = build_plan(self.options, port, node_ports, self.cores, self.base_env,
-                                  restarts)
+                                  number)
                 if not self.attempts:
                     for note in plan.notes:
                         self.console.note(note)
-                attempt = self.attempt(plan, restarts)
+                attempt = self.attempt(plan, number)
                 self.attempts.append(attempt)
                 result = self.result
                 step = next_step(result, self.job.max_restarts)
@@ -178,13 +179,13 @@ class Supervisor:
                 self.console.show(_restart_line(self.job, step, attempt, was,
                                                 options.num_workers, restarts), True)
 
-    def attempt(self, plan: LaunchPlan, restarts: int) -> Attempt:
-        """The next attempt of ``plan`` (``restarts``: the restarts before it), start to
-        teardown, diagnosed. A stop request is raised as Stopped once every process is down.
-        The grower (if any) may ask the workers to stop to grow meanwhile."""
+    def attempt(self, plan: LaunchPlan, number: int) -> Attempt:
+        """The next attempt of ``plan`` (``number``: its index, 0 for the first, which names
+        its logs), start to teardown, diagnosed. A stop request is raised as Stopped once every
+        process is down. The grower (if any) may ask the workers to stop to grow meanwhile."""
         options, grower = self.options, self.grower
         joins = Joins(self.console.line)
-        group = ProcessGroup(plan.specs, joins, options.log_dir, self.transport, restarts,
+        group = ProcessGroup(plan.specs, joins, options.log_dir, self.transport, number,
                              progress=options.stall_timeout is not None)
         resizing = grower.asked if grower is not None else None
         ending: Optional[Ending] = None
