@@ -2,6 +2,7 @@
 MIN:MAX at the start and at a restart (shrink), --host-discovery growing a job at an epoch end,
 the refusals, and the rule on literal values. The real jobs, with fit's exact parameters, are in
 test_netns.py."""
+import contextlib
 import os
 import re
 import stat
@@ -10,15 +11,16 @@ import threading
 import pytest
 
 from gluondist import elastic, wire
-from gluondist.launcher import transports
+from gluondist.launcher import discovery, resize
 from gluondist.launcher.errors import LaunchError
 from gluondist.launcher.options import LaunchOptions
 from gluondist.launcher.outcome import Attempt, Failure, Kind, LaunchResult
-from gluondist.launcher.hosts import read_hosts
+from gluondist.launcher.hosts import Host, read_hosts
+from gluondist.launcher.plan import build_plan
 from gluondist.launcher.supervisor import Step, next_step, resolve
 from gluondist.launcher.transports.ssh import SshTransport
 from conftest import wait_until
-from test_control_loop import WORKER, fake, run  # noqa: F401 (the fixture)
+from fake_backend import WORKER, run
 
 
 def discovery_script(tmp_path, text):
@@ -29,6 +31,53 @@ def discovery_script(tmp_path, text):
     script.write_text(f"#!/bin/sh\ncat {listing}\n")
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return script, listing
+
+
+def alternating_script(tmp_path, odd, even):
+    """An executable that prints ``odd`` on its 1st, 3rd, ... call and ``even`` on the others
+    (``None`` makes that call fail: exit 1, ``inventory down`` on stderr); it counts its calls
+    in the file it returns too."""
+    calls = tmp_path / "calls"
+    calls.write_text("0")
+    script = tmp_path / "flap.sh"
+
+    def say(text):
+        return "echo 'inventory down' >&2; exit 1" if text is None else f"printf '{text}'"
+    script.write_text(f"#!/bin/sh\nn=$(cat {calls}); n=$((n + 1)); echo $n > {calls}\n"
+                      f"if [ $((n % 2)) = 1 ]; then {say(odd)}; else {say(even)}; fi\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script, calls
+
+
+def discovered_job(tmp_path, script, *action, **options):
+    """run() of ``fake_worker.py ACTION`` with -n 2:3 on the hosts ``script`` prints."""
+    return run(tmp_path, *action, hosts=(), num_workers="2:3", host_discovery=str(script),
+               **options)
+
+
+@contextlib.contextmanager
+def once_running(tmp_path, change):
+    """``change()`` on a thread of its own once the job's workers run (they wrote
+    FAKE_DIR/workers), while the block runs the job."""
+    done = threading.Event()
+
+    def wait_then_change():
+        wait_until(lambda: (tmp_path / "workers").exists() or done.is_set(), timeout=60)
+        if not done.is_set():
+            change()
+    thread = threading.Thread(target=wait_then_change)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+@pytest.fixture
+def quick_watch(monkeypatch):
+    """The script runs every 0.2 s while the job runs (2 s otherwise)."""
+    monkeypatch.setattr(discovery, "EVERY", 0.2)
 
 
 def counts(tmp_path):
@@ -85,20 +134,10 @@ def test_a_plain_n_is_never_lowered(tmp_path, fake):
 
 def test_discovered_slots_grow_the_job_at_an_epoch_end_without_a_restart(tmp_path, fake):
     script, listing = discovery_script(tmp_path, "h1:1\nh2:1\n")
-    done = threading.Event()
-
-    def add_a_host():  # once the job runs its first epochs, a third host appears
-        wait_until(lambda: (tmp_path / "workers").exists() or done.is_set(), timeout=60)
-        listing.write_text("h1:1\nh2:1\nh3:1\n")
-
-    thread = threading.Thread(target=add_a_host)
-    thread.start()
-    try:
-        result, notes = run(tmp_path, "epochs", "3", hosts=(), num_workers="2:3",
-                            host_discovery=str(script), max_restarts=0)
-    finally:
-        done.set()
-        thread.join()
+    # once the job runs its first epochs, a third host appears
+    with once_running(tmp_path, lambda: listing.write_text("h1:1\nh2:1\nh3:1\n")):
+        result, notes = discovered_job(tmp_path, script, "epochs", "3", max_restarts=0,
+                                       log_dir=str(tmp_path / "logs"))
     assert result.exit_code == 0, notes
     assert [(a.workers, a.ended) for a in result.attempts] == [(2, "stopped to grow"),
                                                                 (3, "succeeded")]
@@ -108,22 +147,19 @@ def test_discovered_slots_grow_the_job_at_an_epoch_end_without_a_restart(tmp_pat
             "to 3 workers (was 2) after the next epoch's checkpoint") in notes
     assert "gluondist: growing the job to 3 workers (was 2); it resumes from its last " \
            "checkpoint" in notes
+    # issue 36, defect 2: the grown attempt's logs go beside the first one's, not over them
+    logs = tmp_path / "logs"
+    assert sorted(p.name for p in logs.glob("worker.0.*")) == ["worker.0.log",
+                                                               "worker.0.restart1.log"]
+    assert "worker 0 running epochs" in (logs / "worker.0.log").read_text()
+    assert "worker 2 running epochs" in (logs / "worker.2.restart1.log").read_text()
+    assert not (logs / "worker.2.log").exists()
 
 
 def test_a_failing_discovery_script_is_named_once_and_the_job_goes_on(tmp_path, fake):
     script, listing = discovery_script(tmp_path, "h1:1\nh2:1\n")
-
-    def break_it():
-        wait_until(lambda: (tmp_path / "workers").exists(), timeout=60)
-        listing.write_text("h1:1 h2:1\n")
-
-    thread = threading.Thread(target=break_it)
-    thread.start()
-    try:
-        result, notes = run(tmp_path, "epochs", "3", "50", hosts=(), num_workers="2:3",
-                            host_discovery=str(script))
-    finally:
-        thread.join()
+    with once_running(tmp_path, lambda: listing.write_text("h1:1 h2:1\n")):
+        result, notes = discovered_job(tmp_path, script, "epochs", "3", "50")
     told = [n for n in notes if "printed 'h1:1 h2:1'" in n]
     assert told == [f"gluondist: --host-discovery {script} printed 'h1:1 h2:1': one "
                     "HOST[:SLOTS] a line; going on with the hosts it printed before"]
@@ -167,12 +203,15 @@ def test_a_worker_exiting_79_unasked_is_a_failure(tmp_path, fake):
 
 
 def test_next_step_grows_without_counting_a_restart():
-    grown = Attempt(None, resized=True)
-    failed = Attempt(None, Failure(Kind.EXIT, "exit code 1", status=1))
+    two, three = (build_plan(LaunchOptions((WORKER,), num_workers=n), 9000) for n in (2, 3))
+    grown = Attempt(two, resized=True)
+    failed = Attempt(three, Failure(Kind.EXIT, "exit code 1", status=1))
     assert next_step(LaunchResult((grown,)), 0) is Step.GROW
     result = LaunchResult((grown, failed))
     assert (result.grows, len(result.restarts), result.port_retries) == (1, 0, 0)
     assert next_step(result, 1) is Step.RESTART and next_step(result, 0) is Step.FINISH
+    same = LaunchResult((grown, Attempt(two)))  # started again with as many: no grow
+    assert (same.grows, len(same.restarts), same.port_retries) == (0, 0, 0)
 
 
 def test_a_remote_side_that_went_silent_is_a_lost_host():
@@ -249,3 +288,64 @@ def test_a_just_lost_host_is_checked_again_only_when_the_others_fall_short(tmp_p
     assert {s.host for s in result.plan.specs} == {"h1", "h2"}
     assert [c for c in fake.checked if c[0] == 2] == [(2, ("h2", "h3")), (2, ("h1",))]
     assert notes.count("gluondist: host h3 is unreachable (down): left out of attempt 2") == 1
+
+
+
+def test_a_flapping_host_never_restarts_the_job_for_the_same_count(tmp_path, fake,
+                                                                   quick_watch):
+    # issue 36, defect 9: h3 is listed on every other call; a grow is asked only when the
+    # listing right before asking still holds more slots, which a flapping host never does
+    script, calls = alternating_script(tmp_path, "h1:1\\nh2:1\\n", "h1:1\\nh2:1\\nh3:1\\n")
+    result, notes = discovered_job(tmp_path, script, "epochs", "3", "40")
+    assert result.exit_code == 0, notes
+    assert int(calls.read_text()) >= 6  # h3 came and went several times meanwhile
+    assert [(a.workers, a.ended) for a in result.attempts] == [(2, "succeeded")]
+    assert not [n for n in notes if "grow" in n], notes
+
+
+def test_a_grow_whose_host_left_before_the_restart_says_so(tmp_path, fake, monkeypatch):
+    # issue 36, defect 9: asked to grow onto h3, which is no longer listed once the workers
+    # stopped: the job starts again with as many workers, says why, and counts no growth
+    script, listing = discovery_script(tmp_path, "h1:1\nh2:1\n")
+    ask = resize.Grower.hosts_changed
+
+    def ask_then_cut(self, hosts):
+        ask(self, hosts)
+        if self.asked.is_set():
+            listing.write_text("h1:1\nh2:1\n")
+    monkeypatch.setattr(resize.Grower, "hosts_changed", ask_then_cut)
+    with once_running(tmp_path, lambda: listing.write_text("h1:1\nh2:1\nh3:1\n")):
+        result, notes = discovered_job(tmp_path, script, "epochs", "3", "30")
+    assert result.exit_code == 0, notes
+    assert [(a.workers, a.ended) for a in result.attempts] == [(2, "stopped to grow"),
+                                                                (2, "succeeded")]
+    assert not [n for n in notes if "growing the job to 2 workers (was 2)" in n]
+    assert "gluondist: the discovered hosts no longer hold more slots than the job's 2 " \
+           "workers: starting it again with 2; it resumes from its last checkpoint" in notes
+    assert result.grows == 0 and not [n for n in notes if "after growing" in n]
+
+
+def test_a_discovery_script_that_fails_every_other_call_is_named_once(tmp_path, fake,
+                                                                      quick_watch):
+    # issue 36, defect 10: named again only once it has worked for a while (a minute)
+    script, calls = alternating_script(tmp_path, "h1:1\\nh2:1\\n", None)
+    result, notes = discovered_job(tmp_path, script, "epochs", "3", "30")
+    assert result.exit_code == 0, notes
+    assert int(calls.read_text()) >= 6
+    told = [n for n in notes if "inventory down" in n]
+    assert told == [f"gluondist: --host-discovery {script} failed with exit code 1: inventory "
+                    "down; going on with the hosts it printed before"], notes
+
+
+def test_a_failing_script_is_named_again_once_it_had_worked_for_a_while(tmp_path,
+                                                                        monkeypatch):
+    script, _ = alternating_script(tmp_path, None, "h1:1\\n")
+    said = []
+    watch = discovery.Watcher(str(script), (), lambda hosts: None, said.append)
+    for _ in range(4):  # fails, works, fails, works: within RECOVERED, said once
+        watch.run_now()
+    assert len(said) == 1
+    monkeypatch.setattr(discovery, "RECOVERED", 0.0)  # a run that works is enough now
+    assert [watch.run_now() for _ in range(2)] == [None, (Host("h1", 1),)]
+    assert len(said) == 1  # that failure followed no run that worked "long": not said
+    assert watch.run_now() is None and len(said) == 2  # this one did: said

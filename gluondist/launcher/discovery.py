@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import threading
+import time
 from typing import Callable, Optional, Tuple
 
 from .child.proctree import signal_tree
@@ -14,6 +15,7 @@ from .hosts import Host, no_repeats, parse_inline
 
 EVERY = 2.0  # seconds between runs of the script while the job runs
 TIMEOUT = 10.0  # a run that takes longer counts as failed
+RECOVERED = 60.0  # a failure is said again only after the script worked this long since
 
 
 def stop_session(pid: int) -> None:
@@ -59,18 +61,24 @@ def discover(script: str, timeout: float = TIMEOUT) -> Tuple[Host, ...]:
 
 
 class Watcher:
-    """Runs the script every ``every`` seconds on a thread of its own and hands each new list
-    of hosts to ``changed``; a run that fails is said once (through ``say``) until the script
-    works again, and the hosts stay as they were."""
+    """Runs the script every ``every`` seconds (:data:`EVERY` by default) on a thread of its
+    own and hands each new list of hosts to ``changed``. A run that fails leaves the hosts as
+    they were and is said (through ``say``) once: again only after the script has worked for
+    :data:`RECOVERED` seconds since, so a flaky inventory service is named once, not at every
+    other run (issue 36, defect 10). ``run_now`` and ``refresh`` run it out of turn, under
+    the same rule."""
 
     def __init__(self, script: str, hosts: Tuple[Host, ...],
                  changed: Callable[[Tuple[Host, ...]], None], say: Callable[[str], None],
-                 every: float = EVERY):
-        self.script, self.hosts, self.changed, self.say, self.every = \
-            script, hosts, changed, say, every
+                 every: Optional[float] = None):
+        self.script, self.hosts, self.changed, self.say = script, hosts, changed, say
+        self.every = EVERY if every is None else every  # read here: tests shorten EVERY
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._told: Optional[str] = None
+        self._lock = threading.Lock()  # the watch's thread and the supervisor's both run it
+        self._told = False  # a failure was said, and the script has not worked long since
+        self._working_since: Optional[float] = None  # monotonic time of the first run that
+        # worked after the last failure
 
     def __enter__(self) -> "Watcher":
         self._thread = threading.Thread(target=self._run, name="host discovery", daemon=True)
@@ -81,21 +89,42 @@ class Watcher:
         self._stop.set()
         self._thread.join()
 
-    def latest(self) -> Tuple[Host, ...]:
-        return self.hosts
+    def run_now(self) -> Optional[Tuple[Host, ...]]:
+        """The hosts the script prints now, or None when it fails; the watch's own list is
+        left as it is."""
+        try:
+            hosts = discover(self.script)
+        except LaunchError as exc:
+            with self._lock:
+                self._working_since, told, self._told = None, self._told, True
+            if not told:
+                self.say(f"{exc}; going on with the hosts it printed before")
+            return None
+        with self._lock:
+            now = time.monotonic()
+            if self._working_since is None:
+                self._working_since = now
+            if now - self._working_since >= RECOVERED:
+                self._told = False
+        return hosts
+
+    def refresh(self) -> Tuple[Host, ...]:
+        """The hosts the script prints now, kept as the watch's list (a later change from
+        them is acted on); those it printed before when it fails."""
+        hosts = self.run_now()
+        with self._lock:
+            if hosts is not None:
+                self.hosts = hosts
+            return self.hosts
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
-            try:
-                hosts = discover(self.script)
-            except LaunchError as exc:
-                if str(exc) != self._told:
-                    self.say(f"{exc}; going on with the hosts it printed before")
-                    self._told = str(exc)
-                continue
-            self._told = None
-            if hosts != self.hosts:
-                self.hosts = hosts
+            hosts = self.run_now()
+            with self._lock:
+                new = hosts is not None and hosts != self.hosts
+                if new:
+                    self.hosts = hosts
+            if new:
                 try:
                     self.changed(hosts)
                 except Exception as exc:  # noqa: BLE001 (the job goes on; say it once)

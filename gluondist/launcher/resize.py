@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Optional, Set, Tuple
+from typing import Callable, Optional, Set, Tuple
 
 from .discovery import EVERY
 from .errors import LaunchError
+from .hosts import Host
 from .options import LaunchOptions
 from .transports import Backend, Show
 
@@ -96,7 +97,11 @@ class Grower:
     """While an attempt of a job with --host-discovery runs: when the hosts discovered hold
     more slots than it has workers, and fewer than MAX run, it asks the workers (once) to stop
     at their next epoch end, after its checkpoint; the supervisor then starts the job again,
-    larger. New hosts are checked by the backend first (once per attempt each)."""
+    larger. New hosts are checked by the backend first (once per attempt each), and the script
+    is run once more right before asking (``recheck``: the supervisor gives its watch's
+    ``run_now``, so a failure then is said by the watch's rule): a host that is gone again by
+    then (a flapping one) asks nothing, so the job does not stop to start again with as many
+    workers (issue 36, defect 9)."""
 
     def __init__(self, job: LaunchOptions, backend: Backend, show: Show):
         self.job, self.backend, self.show = job, backend, show
@@ -107,6 +112,9 @@ class Grower:
         self._attempt = 0
         self._checked: Set[str] = set()  # hosts checked during this attempt
         self._reached: Set[str] = set()  # of those, the ones that passed
+        # the hosts the script lists now, or None when it fails; until the supervisor gives
+        # its watch's, nothing can be checked again, and nothing is asked
+        self.recheck: Callable[[], Optional[Tuple[Host, ...]]] = lambda: None
 
     def attach(self, options: LaunchOptions, group, attempt: int) -> None:
         with self._lock:
@@ -131,10 +139,13 @@ class Grower:
             with self._lock:
                 self._checked |= {h.name for h in new}
                 self._reached |= {h.name for h in kept}
-        usable = [h for h in hosts if h.name in self._reached]
-        count = min(self.job.num_workers, slots(usable))
+        if self._count(hosts) <= options.num_workers:
+            return
+        now = self.recheck()  # still listed right before the workers are asked to stop?
+        count = self._count(now) if now is not None else 0
         if count <= options.num_workers:
             return
+        usable = [h for h in now if h.name in self._reached]
         with self._lock:
             if self._group is not group or self.asked.is_set():
                 return
@@ -148,3 +159,7 @@ class Grower:
             self.show("gluondist: more slots were discovered, but the workers do not run "
                       "under gluondist's bootstrap (a SCRIPT.py or python -m) to stop at an "
                       "epoch end: the job takes them at its next restart", True)
+
+    def _count(self, hosts) -> int:
+        """The workers ``hosts`` hold, of those the backend reached, up to MAX."""
+        return min(self.job.num_workers, slots(h for h in hosts if h.name in self._reached))

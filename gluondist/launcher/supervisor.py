@@ -261,20 +261,26 @@ class Supervisor:
     @contextlib.contextmanager
     def _discovery(self):
         """Yields what gives the hosts a restart may use now: those of ``job`` (as first
-        given), or with --host-discovery those its script printed last, watched while the job
-        runs."""
+        given), or with --host-discovery those its script prints at that moment (those it
+        printed last if it fails then), watched while the job runs. The grower checks a
+        listing again through the same watch, so a failing script is said by one rule."""
         job = self.job
         if job.host_discovery is None:
             yield lambda: (job.hosts, job.server_hosts)
             return
         watcher = Watcher(job.host_discovery, job.hosts, self.grower.hosts_changed,
                           self.console.note)
+        self.grower.recheck = watcher.run_now
         with watcher:
-            yield lambda: (watcher.latest(), job.server_hosts)
+            yield lambda: (watcher.refresh(), job.server_hosts)
 
 
 def _restart_line(job: LaunchOptions, step: Step, attempt: Attempt, was: int, now: int,
                   restarts: int) -> str:
+    if step is Step.GROW and now <= was:  # the hosts that made it stop are gone again
+        return (f"gluondist: the discovered hosts no longer hold more slots than the job's "
+                f"{was} workers: starting it again with {now}; it resumes from its last "
+                "checkpoint")
     if step is Step.GROW:
         return (f"gluondist: growing the job to {now} workers (was {was}); it resumes from "
                 "its last checkpoint")
