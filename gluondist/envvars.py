@@ -66,3 +66,17 @@ GLUONDIST_SSH_CONFIG = "GLUONDIST_SSH_CONFIG"
 GLUONDIST_SCHEDULER_ADDRESS = "GLUONDIST_SCHEDULER_ADDRESS"
 GLUONDIST_HOST_DISCOVERY = "GLUONDIST_HOST_DISCOVERY"
 GLUONDIST_LINK_TIMEOUT = "GLUONDIST_LINK_TIMEOUT"
+
+# The job's settings: what a user sets for every process of a job, in --env or the launcher's
+# own environment, and the processes read. A local or Slurm job's processes inherit them; over
+# ssh they travel with the job although the other GLUONDIST_* names stay behind
+# (transports/ssh.py). docs/environment.md's "What you can set for a job" lists these.
+JOB_SETTINGS = (GLUONDIST_EXIT_GRACE, GLUONDIST_CHUNK_BYTES, GLUONDIST_CHUNKS_IN_FLIGHT,
+                MXNET_KVSTORE_BIGARRAY_BOUND, PS_VERBOSE, OMP_NUM_THREADS)
+# ps-lite's own settings (PS_VERBOSE, PS_RESEND, PS_HEARTBEAT_TIMEOUT, ...) are the job's too
+JOB_SETTING_PREFIXES = ("PS_",)
+
+
+def is_job_setting(name: str) -> bool:
+    """Whether ``name`` is one of the job's settings (see JOB_SETTINGS)."""
+    return name in JOB_SETTINGS or name.startswith(JOB_SETTING_PREFIXES)

@@ -135,3 +135,34 @@ def test_preflight_reports_the_version_and_protocol():
                          capture_output=True, text=True, timeout=60, check=True).stdout
     assert json.loads(out) == {"gluondist": gluondist.__version__,
                                "protocol": remote.PROTOCOL, "mxnet": True}
+
+
+def test_over_ssh_the_jobs_settings_reach_the_remote_hosts():
+    # issue 36, defect 1: what a local job's children take from the launcher's environment
+    # (GLUONDIST_EXIT_GRACE, the chunk settings, ps-lite's PS_*) goes over ssh too; what the
+    # plan or the transport sets per process, or that names the launcher's own host, does not
+    from gluondist.launcher.plan import ProcessSpec
+    from gluondist.launcher.transports import ssh
+    base = {"GLUONDIST_EXIT_GRACE": "3", "GLUONDIST_CHUNK_BYTES": "4096",
+            "GLUONDIST_CHUNKS_IN_FLIGHT": "1", "PS_RESEND": "1", "PS_VERBOSE": "2",
+            "GLUONDIST_PROGRESS_FD": "9", "GLUONDIST_ERROR_FILE": "/tmp/x.json",
+            "GLUONDIST_RANK": "5", "DMLC_ROLE": "x", "HOME": "/root", "PYTHONPATH": "/p"}
+    env = ssh.forwarded_env(base)
+    assert env == {"GLUONDIST_EXIT_GRACE": "3", "GLUONDIST_CHUNK_BYTES": "4096",
+                   "GLUONDIST_CHUNKS_IN_FLIGHT": "1", "PS_RESEND": "1", "PS_VERBOSE": "2",
+                   "PYTHONPATH": "/p"}
+    # the job's line on the session's stdin: the plan's values over the forwarded ones
+    spec = ProcessSpec("worker", 0, "h", ("train",), {"GLUONDIST_RANK": "0", "PS_VERBOSE": "1"})
+    job = ssh.SshTransport(sys.executable, base, "/w").job(spec)
+    assert job["env"] == {**env, "GLUONDIST_RANK": "0", "PS_VERBOSE": "1"}
+
+
+def test_the_environment_page_lists_exactly_the_jobs_settings():
+    # what docs/environment.md says reaches the remote hosts is the declaration ssh.py reads
+    import re
+    from conftest import ROOT
+    from gluondist import envvars as ev
+    page = (ROOT / "docs" / "environment.md").read_text()
+    section = page.split("## What you can set for a job", 1)[1].split("\n## ", 1)[0]
+    assert re.findall(r"^\| `([A-Z][A-Z0-9_]*)` \|", section, re.M) == list(ev.JOB_SETTINGS)
+    assert "`gluondist.envvars.JOB_SETTINGS`" in section and "`PS_*`" in section

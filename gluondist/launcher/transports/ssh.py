@@ -33,11 +33,13 @@ from ..child.remote import PROTOCOL
 from . import Backend, Show, Transport
 
 # Names never forwarded: they describe the launcher's own host or session, or are set per
-# process by the plan.
+# process by the plan or the transport (DMLC_*, GLUONDIST_RANK, GLUONDIST_ERROR_FILE, ...), or
+# are the launcher's own options (GLUONDIST_NUM_WORKERS, ...). The job's settings
+# (envvars.is_job_setting) always go.
 DENY = {"HOME", "PWD", "OLDPWD", "SHELL", "USER", "LOGNAME", "HOSTNAME", "TERM", "DISPLAY",
         "SHLVL", "_", "MAIL", "TMPDIR", "LS_COLORS", "PS1", "KRB5CCNAME", "XAUTHORITY",
         ev.CUDA_VISIBLE_DEVICES}
-DENY_PREFIXES = ("SSH_", "XDG_", "DMLC_", "PS_", "GLUONDIST_", "BASH_FUNC_")
+DENY_PREFIXES = ("SSH_", "XDG_", "DMLC_", "GLUONDIST_", "BASH_FUNC_")
 
 REMOTE = child.REMOTE
 # --link-timeout's default: how long a host may be unreachable before it counts as lost. Long
@@ -78,9 +80,11 @@ PREFLIGHT_THREADS = 16  # hosts preflighted at once: a big hostfile in a few rou
 
 
 def forwarded_env(base_env: Mapping[str, str]) -> Dict[str, str]:
-    """The launcher's environment minus what describes its own host or session."""
-    return {k: v for k, v in base_env.items()
-            if k not in DENY and not k.startswith(DENY_PREFIXES)}
+    """The launcher's environment minus what describes its own host or session and what the
+    launcher sets itself (``DENY``), its job's settings kept: what a local job's processes
+    would take from it (the plan's own values then go over these)."""
+    return {k: v for k, v in base_env.items() if ev.is_job_setting(k)
+            or (k not in DENY and not k.startswith(DENY_PREFIXES))}
 
 
 def ssh_argv(host: str, remote: Sequence[str], ssh_config: Optional[str] = None,
@@ -114,15 +118,12 @@ class SshTransport(Transport):
     def spawn(self, spec: ProcessSpec, progress: bool = False, error_file=None):
         """``error_file`` is the launcher's local path, unused: the remote side picks its own
         and relays its record on the side channel."""
-        worker = spec.role == "worker"
         proc = subprocess.Popen(ssh_argv(spec.host, [self.python, "-m", REMOTE], self.ssh_config,
                                          self.link),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
-        job = {"protocol": PROTOCOL, "argv": list(spec.argv), "env": {**self.env, **spec.env},
-               "cwd": self.cwd, "worker": worker, "progress": progress,
-               "silence": self.silence}
-        self._send(proc, json.dumps(job))  # and keep stdin open: its end means "stop"
+        # the job's line, and stdin kept open: its end means "stop"
+        self._send(proc, json.dumps(self.job(spec, progress)))
         with self._lock:
             self._live.append(proc)
             if self._pinger is None:
@@ -130,6 +131,13 @@ class SshTransport(Transport):
                                                 daemon=True)
                 self._pinger.start()
         return proc, proc.stderr
+
+    def job(self, spec: ProcessSpec, progress: bool = False) -> dict:
+        """The line the remote side reads first (child/remote.py): what to run, with the
+        forwarded environment under the plan's own values."""
+        return {"protocol": PROTOCOL, "argv": list(spec.argv), "env": {**self.env, **spec.env},
+                "cwd": self.cwd, "worker": spec.role == "worker", "progress": progress,
+                "silence": self.silence}
 
     def _send(self, proc: subprocess.Popen, line: str) -> None:
         with self._lock:
