@@ -11,7 +11,7 @@ import click
 from .kv.kinds import DIST_KINDS
 from .launcher.child.proctree import signal_exit
 from .launcher.errors import LaunchError, Stopped, StopRequest
-from .launcher.options import LaunchOptions, flags
+from .launcher.options import LaunchOptions, env_pairs, flags
 from .launcher.plan import LaunchPlan
 from .launcher import resize
 from .launcher.console import terminal
@@ -64,7 +64,7 @@ def options_of(command, values: dict) -> LaunchOptions:
     """LaunchOptions from a command's flags (``values``: field name -> what click gave)."""
     values = dict(values)
     if "env" in values:
-        values["env"] = _env_pairs(values["env"])
+        values["env"] = env_pairs(values["env"])
     for name in ("hosts", "server_hosts"):
         if name in values:
             values[name] = values[name] or ()
@@ -261,16 +261,6 @@ def _check_plot_path(path: str) -> None:
                                  param_hint="--plot")
 
 
-def _env_pairs(pairs) -> dict:
-    env = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise LaunchError(f"--env {pair!r}: write KEY=VALUE")
-        env[key] = value
-    return env
-
-
 def _print_plan(plan: LaunchPlan, options: LaunchOptions) -> None:
     from .launcher.process import added_at_start
     from .launcher.transports import backend
@@ -343,7 +333,7 @@ def manifest_kubernetes(num_workers, num_servers, image, name, port, kvstore, gp
     import json
     from .launcher.kubernetes import kubernetes
     objects = kubernetes(name, image, command, num_workers, num_servers, port=port,
-                         kvstore=kvstore, gpus_per_worker=gpus_per_worker, env=_env_pairs(env),
+                         kvstore=kvstore, gpus_per_worker=gpus_per_worker, env=env_pairs(env),
                          layout=layout, active_deadline=active_deadline)
     output.write(json.dumps(objects, indent=2) + "\n")
 

@@ -1,28 +1,26 @@
 """``gluondist.launch()``: start a parameter-server job from Python (a notebook, a test)."""
 from __future__ import annotations
 
+import os
 from dataclasses import fields
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Sequence, Union
 
 from .errors import LaunchError
 from .outcome import LaunchResult
-from .options import LaunchOptions
+from .options import LaunchOptions, from_environment
 from .console import terminal
 from .supervisor import launch_job
 
 
-def launch(command: Union[str, Sequence[str]], *args: str,
-           num_workers: Union[int, Tuple[int, int]] = 1,
-           num_servers: int = 1, kvstore: str = "dist_sync", log_dir: Optional[str] = None,
-           env: Optional[Dict[str, str]] = None, start_timeout: float = 300.0,
-           threads: Optional[int] = None, max_restarts: int = 0,
-           stall_timeout: Optional[float] = None, launcher: str = "local",
-           hosts: Union[str, Tuple] = (), echo: bool = True, **more) -> LaunchResult:
-    """Run ``command`` (a ``.py`` script, or a command as a list) with ``args`` as a job of
-    ``num_workers`` workers (``(MIN, MAX)`` for an elastic job, as ``-n MIN:MAX``) and
-    ``num_servers`` servers, and wait for it. The same path as
-    ``gluondist launch``: the same options (``more`` takes the rest of LaunchOptions' fields,
-    such as ``gpus_per_worker``), the same console, the same reports.
+def launch(command: Union[str, Sequence[str]], *args: str, echo: bool = True,
+           **options) -> LaunchResult:
+    """Run ``command`` (a ``.py`` script, or a command as a list) with ``args`` as a job, and
+    wait for it. The same path as ``gluondist launch``: ``options`` are LaunchOptions' fields
+    (``num_workers=2``, ``(MIN, MAX)`` for an elastic job as ``-n MIN:MAX``;
+    ``num_servers``, ``kvstore``, ``log_dir``, ``env``, ``max_restarts``, ``launcher``,
+    ``hosts``, ``gpus_per_worker``, ...), each taken as the CLI takes its flag: an argument
+    given here wins, else the flag's environment variable (``GLUONDIST_NUM_WORKERS``, ...),
+    else LaunchOptions' default. The same console, the same reports.
 
     Returns a LaunchResult: ``exit_code`` (0; else the failing process's own code, 128+N for
     signal N, 75 for a lost host, 124 for a stall, 1 for a start timeout: see
@@ -35,16 +33,15 @@ def launch(command: Union[str, Sequence[str]], *args: str,
     ps-lite's included, by label such as ``'worker 0'``; a restarted job's lines follow the
     failed attempt's). ``echo`` shows what the CLI shows: output lines prefixed with the
     process on stdout, the launcher's notes and reports on stderr. Raises LaunchError for bad
-    options before anything starts; an interrupt stops the whole job and propagates."""
-    unknown = sorted(set(more) - {f.name for f in fields(LaunchOptions)})
+    options (or a bad option variable) before anything starts; an interrupt stops the whole
+    job and propagates."""
+    unknown = sorted(set(options) - {f.name for f in fields(LaunchOptions)})
     if unknown:
         raise LaunchError(f"launch() got unknown option(s) {', '.join(unknown)}; it takes "
                           "LaunchOptions' fields (see help(gluondist.LaunchOptions))")
+    if "env" in options and options["env"] is None:  # env=None: no pairs, as always
+        options["env"] = {}
     cmd = [command] if isinstance(command, str) else list(command)
-    options = LaunchOptions(tuple(cmd) + tuple(args), num_workers=num_workers,
-                            num_servers=num_servers, kvstore=kvstore, start_timeout=start_timeout,
-                            log_dir=log_dir, env=env or {}, threads=threads,
-                            max_restarts=max_restarts, stall_timeout=stall_timeout,
-                            launcher=launcher, hosts=hosts, **more)
+    job = from_environment(tuple(cmd) + tuple(args), options, os.environ)
     show = terminal() if echo else (lambda text, note: None)
-    return launch_job(options, show, keep_logs=True)
+    return launch_job(job, show, keep_logs=True)

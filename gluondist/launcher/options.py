@@ -7,7 +7,7 @@ import shutil
 import sys
 import dataclasses
 from dataclasses import dataclass, field, fields
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, Iterable, Mapping, Optional, Tuple, Union
 
 from .. import envvars as ev
 from ..kv import chunks
@@ -338,6 +338,56 @@ def _check_log_dir(path: str) -> None:
         what = "is not writable" if probe == os.path.abspath(path) else \
             f"cannot be created: {probe!r} is not writable"
         raise LaunchError(f"--log-dir {path!r} {what}")
+
+
+def from_environment(command: Tuple[str, ...], given: Mapping[str, object],
+                     environ: Mapping[str, str]) -> LaunchOptions:
+    """LaunchOptions for ``gluondist.launch()`` in the CLI's order: a field ``given`` (an
+    argument) as given, else its flag's variable when ``environ`` sets it (not empty, as click
+    has it), read as ``gluondist launch`` reads it, else its default. A bad value is a
+    LaunchError naming the variable."""
+    values = dict(given)
+    for name, (flag, default) in flags().items():
+        text = environ.get(flag.envvar) if flag.envvar else None
+        if name not in values and text:
+            values[name] = _from_text(flag, default, text)
+    return LaunchOptions(tuple(command), **values)
+
+
+# what a variable's text must be, by its flag's kind (Flag.type, else the default's type)
+_TEXTS = {int: "a whole number", "seconds": "a positive number of seconds",
+          "workers": "N, or MIN:MAX for an elastic job",
+          "multiple": "space-separated KEY=VALUE pairs"}
+
+
+def _from_text(flag: Flag, default, text: str):
+    """A flag's value from its variable's text, as click converts it for the CLI (a
+    repeatable flag's variable split on whitespace)."""
+    kind = "multiple" if flag.multiple else flag.type if flag.type is not None else type(default)
+    try:
+        if kind == "multiple":
+            return env_pairs(text.split())
+        if kind is int:
+            return int(text)
+        if kind == "seconds":
+            return float(text)
+        if kind == "workers":
+            _workers_value(text, None)
+        return text
+    except (ValueError, LaunchError) as exc:
+        raise LaunchError(f"{flag.envvar}={text!r} ({'/'.join(flag.names[:2])}) must be "
+                          f"{_TEXTS[kind]}; unset it or fix it") from exc
+
+
+def env_pairs(pairs: Iterable[str]) -> Dict[str, str]:
+    """``--env``'s KEY=VALUE pairs as a dict."""
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise LaunchError(f"--env {pair!r}: write KEY=VALUE")
+        env[key] = value
+    return env
 
 
 def flags() -> Dict[str, Tuple[Flag, object]]:
