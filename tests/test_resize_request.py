@@ -14,6 +14,8 @@ import textwrap
 
 from gluondist import elastic
 from gluondist.launcher.child import BOOTSTRAP, remote
+from gluondist.launcher.plan import ProcessSpec
+from gluondist.launcher.transports.local import LocalTransport
 from conftest import wait_until
 
 SCRIPT = "import gluondist.elastic as e; print('requested', e.requested(), flush=True)\n"
@@ -77,3 +79,19 @@ def test_the_ssh_remote_side_starts_a_worker_with_the_request_held(tmp_path):
         proc.kill()
     assert out == b"requested True\n", err.decode()
     assert code == 0 and err.decode().splitlines()[-1] == "gluondist-exit 0"
+
+
+def test_a_local_worker_asked_to_grow_at_once_after_its_start_keeps_the_request(tmp_path):
+    # issue 36, defect 8: the request comes before the bootstrap has its handler (a
+    # sitecustomize holds the start until the kernel lists the signal pending); the worker
+    # was started with the signal held, so it is kept, not SIGUSR2's default action (death)
+    env = _files(tmp_path)
+    spec = ProcessSpec("worker", 0, "127.0.0.1",
+                       (sys.executable, "-m", BOOTSTRAP, str(tmp_path / "job.py")), env)
+    proc, _ = LocalTransport().spawn(spec)
+    try:
+        LocalTransport().request_resize(proc)  # at once, from the launcher's side
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert (proc.returncode, out) == (0, b"requested True\n")

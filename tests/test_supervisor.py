@@ -18,7 +18,8 @@ from gluondist.launcher.errors import Stopped, StopRequest
 from gluondist.launcher.monitor import Joins, watch
 from gluondist.launcher.options import LaunchOptions
 from gluondist.launcher.outcome import (Attempt, Ending, Failure, Kind, ProcessEnd, Teardown,
-                                        Unreaped, Why, diagnose, stopped_to_grow)
+                                        GrowEnd, Unreaped, Why, diagnose, grow_end,
+                                        stopped_to_grow)
 from gluondist.launcher.plan import LaunchPlan, ProcessSpec
 from gluondist.launcher.process import Exited, ProcessGroup
 from gluondist.launcher.supervisor import Supervisor, resolve
@@ -44,10 +45,17 @@ def test_only_a_workers_grow_exit_after_the_request_is_a_stop_to_grow():
     assert not stopped_to_grow("worker", 0, asked=True)
     assert not stopped_to_grow("worker", None, asked=True)  # not exited
     assert not stopped_to_grow("worker", -signal.SIGKILL, asked=True)
+    # killed by the request itself (as Popen and as the ssh remote side report it): cut short
+    for code in (-elastic.SIGNAL, 128 + elastic.SIGNAL):
+        assert grow_end("worker", code, asked=True) is GrowEnd.CUT_SHORT
+        assert not stopped_to_grow("worker", code, asked=True)
+        assert grow_end("worker", code, asked=False) is None  # unasked: the worker's failure
+        assert grow_end("server", code, asked=True) is None
+    assert grow_end("worker", wire.RESIZED, asked=True) is GrowEnd.STOPPED
 
 
 def test_the_grow_exit_code_is_read_in_one_place_of_the_launcher():
-    # the monitor and diagnose ask stopped_to_grow; nothing else compares the code
+    # the monitor and diagnose ask grow_end (stopped_to_grow); nothing else compares the code
     found = set()
     for path in (ROOT / "gluondist" / "launcher").rglob("*.py"):
         if "child" in path.parts:
@@ -60,7 +68,7 @@ def test_the_grow_exit_code_is_read_in_one_place_of_the_launcher():
                             isinstance(node, ast.Attribute) and node.attr == "EXIT" and \
                             isinstance(node.value, ast.Name) and node.value.id == "elastic":
                         found.add((path.stem, fn.name))
-    assert found == {("outcome", "stopped_to_grow")}
+    assert found == {("outcome", "grow_end")}
 
 
 class Polled:
@@ -210,8 +218,8 @@ class Scripted(Supervisor):
                          base_env={}, cores=4,
                          ports=lambda count, host: [next(numbers) for _ in range(count)])
 
-    def attempt(self, plan, restarts):
-        self.started.append((plan.port, restarts, len(plan.of_role("worker"))))
+    def attempt(self, plan, number):
+        self.started.append((plan.port, number, len(plan.of_role("worker"))))
         return Attempt(plan, self.outcomes.pop(0))
 
 
@@ -224,8 +232,9 @@ def test_the_supervisor_retries_a_taken_port_restarts_a_failure_then_finishes():
     supervisor = Scripted([taken, _failure(Kind.EXIT, "worker 1", 3), None], max_restarts=1)
     result = supervisor.run()
     assert (result.exit_code, len(result.attempts), len(result.restarts)) == (0, 3, 1)
-    # each attempt on fresh ports (4: scheduler, server, two workers); the restart counted
-    assert supervisor.started == [(20000, 0, 2), (20004, 0, 2), (20008, 1, 2)]
+    # each attempt on fresh ports (4: scheduler, server, two workers), numbered by its index
+    # (the port retry too: its logs must not overwrite the first's); one restart counted above
+    assert supervisor.started == [(20000, 0, 2), (20004, 1, 2), (20008, 2, 2)]
     assert "gluondist: the scheduler's port 20000 was taken; retrying on another" in \
         supervisor.shown
     assert "gluondist: restarting the job (1 of 1)" in supervisor.shown
@@ -248,3 +257,22 @@ def test_a_stop_requested_before_an_attempt_starts_none():
     with pytest.raises(Stopped) as raised:
         supervisor.run()
     assert (raised.value.signum, supervisor.started) == (signal.SIGTERM, [])
+
+
+def test_a_worker_the_grow_request_killed_is_not_blamed():
+    # a worker that died of the launcher's own signal after it asked: the attempt stopped to
+    # grow, said plainly; unasked, the same death is the worker's failure as before
+    plan = LaunchPlan(9000, (SCHEDULER, SERVER, WORKER, ProcessSpec("worker", 1, "h", ("t",),
+                                                                    {})))
+    ends = (ProcessEnd("scheduler", "scheduler", "h", None),
+            ProcessEnd("server 0", "server", "h", None),
+            ProcessEnd("worker 0", "worker", "h", None),
+            ProcessEnd("worker 1", "worker", "h", -int(elastic.SIGNAL), wall=5.0))
+    ending = Ending(Why.EXITED, "worker 1", time=5.0)
+    torn = Teardown(("scheduler", "server 0", "worker 0"))
+    attempt = diagnose(plan, ending, torn, ends, asked_to_resize=True)
+    assert (attempt.failure, attempt.resized, attempt.cut_short) == (None, True, ("worker 1",))
+    assert attempt.ended == "stopped to grow"
+    unasked = diagnose(plan, ending, torn, ends)
+    assert (unasked.failure.label, unasked.failure.kind, unasked.resized) == \
+        ("worker 1", Kind.SIGNAL, False)

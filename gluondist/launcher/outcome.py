@@ -13,7 +13,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .. import wire
+from .. import elastic, wire
 from .child.proctree import describe_exit, exit_status, signal_exit
 from .plan import LaunchPlan
 
@@ -130,6 +130,8 @@ class Attempt:
     unreaped: Tuple[str, ...] = ()  # labels alive after SIGKILL
     # the workers stopped at an epoch end, as the launcher asked, for the job to grow
     resized: bool = False
+    # workers the launcher's grow request itself ended (GrowEnd.CUT_SHORT): not failures
+    cut_short: Tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -163,8 +165,8 @@ class LaunchResult:
     ``failure`` (a :class:`Failure`: ``kind``, a :class:`Kind`; ``label``, the process, or ""
     for the job as a whole; ``host``, ``reason``, ``traceback`` or ``tail``), ``others``
     (later failures), ``stall``, ``stopped``, ``exit_code``, ``resized`` (an elastic job's
-    workers stopped at an epoch end to grow) and ``ended`` (why, in a few words); the
-    properties below read the last attempt's."""
+    workers stopped at an epoch end to grow; ``cut_short``, those the request itself ended)
+    and ``ended`` (why, in a few words); the properties below read the last attempt's."""
 
     attempts: Tuple[Attempt, ...]
     logs: Dict[str, List[str]] = field(default_factory=dict)
@@ -217,14 +219,32 @@ class LaunchResult:
         return len(self.attempts) - 1 - len(self.restarts) - self.grows
 
 
+class GrowEnd(enum.Enum):
+    """How a worker ended because the launcher asked the job to grow."""
+
+    STOPPED = "stopped at an epoch end"  # wire.RESIZED, gluondist.elastic's exit
+    # killed by elastic.SIGNAL's default action: the request reached a worker that could not
+    # take it (a script that reset the handler; a bootstrap started without the signal held)
+    CUT_SHORT = "ended by the request"
+
+
+def grow_end(role: str, returncode: Optional[int], asked: bool) -> Optional[GrowEnd]:
+    """How a process that exited with ``returncode`` (Popen's, or the remote side's status;
+    None: not exited) ended because the launcher ``asked`` the job to grow, or None. The one
+    rule the monitor (a worker that STOPPED succeeded) and diagnose (the attempt ``resized``,
+    a CUT_SHORT worker not blamed) both apply; unasked, or from a scheduler or server, either
+    ending is an exit like any other, the worker's own failure."""
+    if not asked or role != "worker" or returncode is None:
+        return None
+    status = exit_status(returncode)
+    if status == wire.RESIZED:
+        return GrowEnd.STOPPED
+    return GrowEnd.CUT_SHORT if status == signal_exit(elastic.SIGNAL) else None
+
+
 def stopped_to_grow(role: str, returncode: Optional[int], asked: bool) -> bool:
-    """Whether a process that exited with ``returncode`` (Popen's; None: not exited) stopped
-    at an epoch end because the launcher asked the job to grow: a worker's wire.RESIZED
-    (gluondist.elastic's exit), once the launcher ``asked``. The one rule the monitor (such
-    a worker succeeded) and diagnose (the attempt ``resized``) both apply; unasked, or from
-    a scheduler or server, that code is an exit like any other."""
-    return asked and role == "worker" and returncode is not None and \
-        exit_status(returncode) == wire.RESIZED
+    """Whether the process stopped at an epoch end as asked (see grow_end)."""
+    return grow_end(role, returncode, asked) is GrowEnd.STOPPED
 
 
 PORT_RETRIES = 2  # a scheduler's port taken (before it could bind it) is retried twice
@@ -249,7 +269,8 @@ def diagnose(plan: Optional[LaunchPlan], ending: Ending, teardown: Teardown,
     """The attempt ``ending`` ended, ``teardown`` closed and ``ends`` describe: every process
     that failed by itself, earliest first by when it happened (a worker's error record tells;
     otherwise when the monitor noticed), so the root cause leads even when the monitor
-    noticed a later failure first."""
+    noticed a later failure first. A worker the launcher's own grow request ended is no
+    failure (``cut_short``): with no other, the attempt stopped to grow."""
     unreaped = tuple(u.label for u in teardown.unreaped)
     if ending.why is Why.DONE:
         resized = any(stopped_to_grow(e.role, e.returncode, asked_to_resize) for e in ends)
@@ -259,22 +280,28 @@ def diagnose(plan: Optional[LaunchPlan], ending: Ending, teardown: Teardown,
                        unreaped=unreaped)
     by_label = {e.label: e for e in ends}
     first = by_label[ending.label]
-    noticed = _failure(first)
-    failures = [noticed]
+    cut = tuple(e.label for e in ends
+                if grow_end(e.role, e.returncode, asked_to_resize) is GrowEnd.CUT_SHORT)
+    failures = [] if first.label in cut else [_failure(first)]
+    noticed = failures[0].time if failures else first.wall
     for end in ends:
-        if end.label == first.label or end.returncode is None:
+        if end.label == first.label or end.returncode is None or end.label in cut:
             continue
         own = end.label not in teardown.stopped and end.returncode != 0 and (
-            end.role == "worker" or end.wall <= noticed.time)
+            end.role == "worker" or end.wall <= noticed)
         if own or end.error is not None:
             failures.append(_failure(end, lost=own and end.lost))
+    if not failures:
+        return Attempt(plan, stopped=teardown.stopped, unreaped=unreaped, resized=True,
+                       cut_short=cut)
     failures.sort(key=lambda f: f.time)
     root = failures[0]
     # one lost host is one failure, however many of its sessions noticed before the teardown
     others = tuple(f for f in failures[1:] if not (f.lost and root.lost and f.host == root.host))
     named = {root.label} | {f.label for f in others}  # failed, not "stopped"
     return Attempt(plan, root, others, stopped=tuple(s for s in teardown.stopped
-                                                     if s not in named), unreaped=unreaped)
+                                                     if s not in named), unreaped=unreaped,
+                   cut_short=cut)
 
 
 def _job_failure(ending: Ending) -> Failure:

@@ -3,19 +3,24 @@ from __future__ import annotations
 
 import os
 import subprocess
+from contextlib import nullcontext
 from typing import Mapping, Optional, Tuple
 
 from ... import elastic, envvars as ev
-from ..child.proctree import STACK_SIGNAL, kill_quietly, session_cpu
+from ..child.proctree import STACK_SIGNAL, holding, kill_quietly, session_cpu
 from ..errors import LaunchError
 from ..plan import ProcessSpec
+from ..roles import runs_bootstrap
 from . import Backend, Transport
 
 
 class LocalTransport(Transport):
     """Starts a spec on this machine (see transports.Transport): with ``progress`` the worker
     inherits a pipe's write end named by GLUONDIST_PROGRESS_FD, its side channel;
-    ``error_file`` is where its bootstrap records an exception."""
+    ``error_file`` is where its bootstrap records an exception. A process under the worker
+    bootstrap starts with gluondist.elastic's signal held, as the ssh remote side starts it:
+    a grow request sent before the bootstrap's handler exists waits for it (its default
+    action would end the worker: issue 36, defect 8)."""
 
     error_records = tree_cpu_known = True  # no link to lose: silence 0, never lost()
 
@@ -24,16 +29,19 @@ class LocalTransport(Transport):
         env = {**os.environ, **spec.env}
         if error_file:
             env[ev.GLUONDIST_ERROR_FILE] = error_file
+        held = holding(elastic.SIGNAL) if runs_bootstrap(spec.argv) else nullcontext()
         if not progress:
-            return subprocess.Popen(list(spec.argv), env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    start_new_session=True), None
+            with held:
+                return subprocess.Popen(list(spec.argv), env=env, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        start_new_session=True), None
         read, write = os.pipe()
         try:
             env[ev.GLUONDIST_PROGRESS_FD] = str(write)
-            proc = subprocess.Popen(list(spec.argv), env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    start_new_session=True, pass_fds=(write,))
+            with held:
+                proc = subprocess.Popen(list(spec.argv), env=env, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        start_new_session=True, pass_fds=(write,))
         except BaseException:
             os.close(read)
             raise
