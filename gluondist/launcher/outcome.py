@@ -210,13 +210,17 @@ class LaunchResult:
 
     @property
     def grows(self) -> int:
-        """How many times the job stopped at an epoch end to start again with more workers."""
-        return sum(a.resized for a in self.attempts[:-1])
+        """How many times the job stopped at an epoch end and started again with more workers
+        (one whose new hosts were gone by the restart started with as many: no grow)."""
+        return sum(a.resized and b.workers > a.workers
+                   for a, b in zip(self.attempts, self.attempts[1:]))
 
     @property
     def port_retries(self) -> int:
         """How many attempts were started again on another port, the scheduler's taken."""
-        return len(self.attempts) - 1 - len(self.restarts) - self.grows
+        taken = sum(a.failure is not None and a.failure.kind is Kind.PORT_TAKEN
+                    for a in self.attempts[:-1])
+        return min(taken, PORT_RETRIES)
 
 
 class GrowEnd(enum.Enum):
