@@ -3,7 +3,7 @@
 bench tables from the saved results their plots are drawn from, and a check that every option,
 repository file and `gluondist.*` name a page shows in code (or a docstring names in a Sphinx
 role) exists. A name that does not is a warning, which `mkdocs build --strict` turns into a
-failed build (tests/test_docs.py runs it)."""
+failed build (tests/e2e/test_docs_site.py runs it)."""
 from __future__ import annotations
 
 import logging

@@ -17,7 +17,7 @@ def extra_hint(extras: str) -> str:
 
 
 # What to run where MXNet is missing: from a checkout with the extra, or MXNet alone, which
-# installs anywhere (tests/test_install.py checks them against pyproject.toml).
+# installs anywhere (tests/unit/test_install.py checks them against pyproject.toml).
 INSTALL_HINT = (
     "pip install '.[cpu]' in a gluondist checkout ('.[cu117]' or '.[cu112]' for CUDA), or "
     "anywhere pip install mxnet==1.9.1 (CUDA: mxnet-cu117==1.9.1); pip install "

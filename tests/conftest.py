@@ -238,10 +238,22 @@ def fit_mlp(data, epochs=2, net=None, **kw):
     return net, h
 
 
+E2E = HERE / "e2e"
+
+
 def pytest_collection_modifyitems(items):
-    """The slow tests first, in one xdist group: under ``--dist loadgroup`` (pyproject's
-    addopts) one worker runs them one after another, as alone (their jobs share two cores,
-    and some their namespace links), while the others take the fast tests beside them."""
+    """A test is slow by where it lives: every test under tests/e2e/ (real multi-process jobs,
+    sshd, Slurm, namespaces, the site's build, fresh interpreters) and no other, so a slow
+    test cannot land in a fast tier by a forgotten marker, nor a fast one wait in the slow
+    group. The slow tests run first, in one xdist group: under ``--dist loadgroup``
+    (pyproject's addopts) one worker runs them one after another, as alone (their jobs share
+    two cores, and some their namespace links), while the others take the fast tests."""
+    for item in items:
+        if E2E in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.slow)
+        elif item.get_closest_marker("slow"):
+            raise pytest.UsageError(f"{item.nodeid} is marked slow outside tests/e2e/: "
+                                    f"move it to tests/e2e/, where every test is slow")
     slow = [item for item in items if item.get_closest_marker("slow")]
     for item in slow:
         item.add_marker(pytest.mark.xdist_group("slow"))

@@ -6,7 +6,7 @@ anyone who reaches a server's port run code as its user. gluondist's servers
 (``gluondist.launcher.child.server``) load it here instead, through an unpickler whose
 ``find_class`` allows only what MXNet's own optimizers pickle to (the pickle module's
 "Restricting Globals" recipe). The set was found by pickling every registered optimizer with
-every lr_scheduler and the options users set; ``tests/test_security.py`` repeats that search.
+every lr_scheduler and the options users set; ``tests/unit/test_security.py`` repeats that search.
 Workers run the same check before a ``dist_async`` job sends its optimizer, so a refusal is a
 one-line error there rather than a dead server.
 """

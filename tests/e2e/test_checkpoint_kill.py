@@ -1,0 +1,47 @@
+"""A process killed while fit writes a checkpoint: the previous checkpoint stays whole and is
+the one resumed from (the in-process checkpoint tests are training/test_checkpoints.py)."""
+import os
+import signal
+import subprocess
+import sys
+
+import mxnet as mx
+import numpy as np
+
+import gluondist
+from gluondist import checkpoint
+
+from conftest import OPT, param_sum, rel_diff, SCRIPTS, wait_until
+
+
+def test_kill_during_a_checkpoint_write_keeps_the_previous_one(tmp_path):
+    ckpt, marker = tmp_path / "ckpt", tmp_path / "writing"
+    proc = subprocess.Popen([sys.executable, str(SCRIPTS / "checkpoint_hang.py"), str(ckpt),
+                             str(marker)])
+    try:
+        wait_until(marker.exists, timeout=120, message="the checkpoint write to begin")
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        proc.kill()
+        proc.wait()
+    names = set(os.listdir(ckpt))
+    assert "ckpt-000000" in names and len(names) == 2
+    assert (names - {"ckpt-000000"}).pop().startswith(".ckpt-000001.")
+    assert checkpoint.load_latest(ckpt).epoch == 0
+
+    # Resuming from epoch 0's checkpoint ends where an uninterrupted run does.
+    rs = np.random.RandomState(0)
+    X, y = rs.rand(200, 8).astype(np.float32), rs.randint(0, 3, 200)
+
+    def net3():
+        net = mx.gluon.nn.HybridSequential()
+        net.add(mx.gluon.nn.Dense(16, activation="relu"), mx.gluon.nn.Dense(3))
+        return net
+    resumed, full = net3(), net3()
+    h = gluondist.fit(resumed, (X, y), epochs=3, batch_size=16, seed=5, checkpoint_dir=ckpt,
+                      optimizer_params=OPT)
+    gluondist.fit(full, (X, y), epochs=3, batch_size=16, seed=5, optimizer_params=OPT)
+    assert len(h.history["loss"]) == 3
+    assert rel_diff(param_sum(full), param_sum(resumed)) <= 1e-4
+    assert sorted(os.listdir(ckpt)) == ["ckpt-000001", "ckpt-000002"]  # stray tmp gone

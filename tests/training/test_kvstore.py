@@ -1,0 +1,77 @@
+"""gluondist.kvstore in one process: its place outside and inside a job, the kinds and their
+refusals, the parameter-server recipe, and allreduce keys that stay on a server (with 3
+and 4 servers in real jobs: e2e/test_kvstore_jobs.py)."""
+import math
+
+import pytest
+
+from gluondist import envvars, kvstore, recipes
+
+
+def test_outside_a_job_this_process_is_alone(monkeypatch):
+    monkeypatch.delenv(envvars.DMLC_ROLE, raising=False)
+    assert (kvstore.role(), kvstore.is_distributed(), kvstore.rank(), kvstore.num_workers()) == \
+        (None, False, 0, 1)
+
+
+def test_launched_worker_reads_its_place_from_the_environment(monkeypatch):
+    monkeypatch.setenv(envvars.DMLC_ROLE, "worker")
+    monkeypatch.setenv(envvars.DMLC_NUM_WORKER, "4")
+    monkeypatch.setenv(envvars.GLUONDIST_RANK, "3")
+    assert (kvstore.is_distributed(), kvstore.rank(), kvstore.num_workers()) == (True, 3, 4)
+    assert kvstore.resolve_mode("auto") == "dist_sync"
+    monkeypatch.setenv(envvars.GLUONDIST_KVSTORE, "dist_async")
+    assert kvstore.resolve_mode("auto") == "dist_async"
+
+
+def test_auto_kind_in_one_process(monkeypatch):
+    monkeypatch.delenv(envvars.DMLC_ROLE, raising=False)
+    assert kvstore.resolve_mode("auto", 1) is None
+    assert kvstore.resolve_mode("auto", 2) == "device"
+    assert kvstore.create("local").type == "local"
+    assert kvstore.create("auto", 1) is None
+
+
+def test_unknown_kind_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="dist_sync, dist_async, dist_device_sync"):
+        kvstore.create("dist")
+
+
+def test_dist_kind_outside_a_job_says_how_to_launch(monkeypatch):
+    monkeypatch.delenv(envvars.DMLC_ROLE, raising=False)
+    with pytest.raises(RuntimeError, match="gluondist launch"):
+        kvstore.create("dist_sync")
+
+
+def test_parameter_server_recipe_trains_in_one_process(digits):
+    import mxnet as mx
+    X, y = digits
+    losses = recipes.train_parameter_server(mx.gluon.nn.Dense(10), X, y, epochs=3,
+                                            batch_size=32,
+                                            optimizer_params={"learning_rate": 0.5})
+    assert len(losses) == 3 and losses[-1] < losses[0] * 0.5
+
+
+def _server_index(key, servers):
+    """What MXNet 1.9.1 computes for a small array's server: (key * 9973) % servers in a C int
+    (C's % keeps the dividend's sign)."""
+    product = (key * 9973) & 0xFFFFFFFF
+    product -= (1 << 32) if product >= 1 << 31 else 0
+    return int(math.fmod(product, servers))
+
+
+def test_allreduce_keys_stay_on_a_server_for_any_length():
+    # 2**30 + 107,665, the key the old scheme gave 107,665 values, is where the index turns
+    # negative: the model of MXNet's arithmetic must see that.
+    assert _server_index((1 << 30) + 107_665, 3) < 0
+    for n in (1, 2, kvstore.REDUCE_CHUNK, kvstore.REDUCE_CHUNK + 1, 107_665, 120_002,
+              10 ** 7, kvstore.MAX_REDUCE):
+        keys = kvstore.reduce_keys(n)
+        assert len(keys) * kvstore.REDUCE_CHUNK >= n and len(set(keys)) == len(keys)
+        assert keys == [(1 << 30) + n] or n > kvstore.REDUCE_CHUNK
+        for key in keys[:3] + keys[-3:]:
+            assert key < 2 ** 31 and all(_server_index(key, s) >= 0 for s in range(1, 65))
+    with pytest.raises(ValueError, match="at most"):
+        kvstore.reduce_keys(kvstore.MAX_REDUCE + 1)
+
+

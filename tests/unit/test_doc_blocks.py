@@ -1,0 +1,69 @@
+"""Every code block of the README, CONTRIBUTING.md and the docs pages is run by a test or
+says why not (the Python blocks run in e2e/test_doc_pages_run.py); the fit signature on
+its page is fit's; the sample hostfile places the job as its page says."""
+import ast
+import inspect
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+import docpages
+from docpages import PAGES, TEST_REF, FENCE, blocks, marked
+
+
+def function_source(name: str, test: str) -> str:
+    tree = ast.parse((ROOT / "tests" / name).read_text())
+    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == test]
+    assert found, f"no test {name}::{test}"
+    return ast.get_source_segment((ROOT / "tests" / name).read_text(), found[0])
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_block_runs_or_says_why_not(page):
+    for b in marked(page):
+        if b.mark is None:
+            assert b.language == "python", f"{b.where}: run it (python) or mark it, and why"
+            continue
+        refs = TEST_REF.findall(b.reason)
+        for name, test in refs:
+            source = (ROOT / "tests" / name).read_text()  # a missing file fails here
+            assert not test or f"def {test}(" in source, f"{b.where}: no test {name}::{test}"
+        if b.mark == "run by":
+            assert len(refs) == 1 and refs[0][1], f"{b.where}: name one test, file::function"
+            body = function_source(*refs[0])
+            assert f'"{page}"' in body and "docpages." in body, \
+                f"{b.where}: {refs[0][0]}::{refs[0][1]} does not read it from {page}"
+    text = re.sub(FENCE, "", (ROOT / page).read_text())
+    indented = re.findall(r"\n\n( {4,}\S.*)", text)
+    assert not indented, f"{page}: an indented code block; fence it: {indented[0]!r}"
+
+
+def test_the_signature_on_the_fit_page_is_fits():
+    from gluondist.training.loop import fit
+    code = next(b.code for b in blocks("docs/fit.md")
+                if b.reason and "the signature" in b.reason)
+    shown = re.sub(r"\s+", " ", code.strip())
+    params = ", ".join(p.name if p.default is p.empty else f"{p.name}={p.default!r}"
+                       for p in inspect.signature(fit).parameters.values())
+    assert shown == f"gluondist.fit({params})"
+
+
+def test_the_sample_hostfile_places_the_job_as_the_page_says(tmp_path):
+    """docs/multi-host.md's hostfile and its command, planned (--dry-run: no host is reached):
+    the scheduler on node1, the servers one per host, workers 0 and 1 on node2."""
+    (tmp_path / "hosts.txt").write_text(docpages.block("docs/multi-host.md", "# hosts.txt"))
+    (tmp_path / "train.py").write_text("")
+    [command] = docpages.commands(docpages.block("docs/multi-host.md",
+                                                 "gluondist launch --launcher ssh -H hosts.txt"))
+    args = shlex.split(command)[1:]
+    args.insert(args.index("train.py"), "--dry-run")
+    proc = subprocess.run([sys.executable, "-m", "gluondist.cli", *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    placed = dict(re.findall(r"^(scheduler|server \d|worker \d) on (\S+):", proc.stdout, re.M))
+    assert placed == {"scheduler": "node1", "server 0": "node2", "server 1": "node1",
+                      "worker 0": "node2", "worker 1": "node2", "worker 2": "node1",
+                      "worker 3": "node1"}
