@@ -260,6 +260,21 @@ def pytest_collection_modifyitems(items):
     items[:] = slow + [item for item in items if not item.get_closest_marker("slow")]
 
 
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request, monkeypatch):
+    """tests/unit/ is the pure tier: a test there that starts a process (subprocess, a fork)
+    fails, naming the tier to move it to, instead of slowing the tier down unseen."""
+    if HERE / "unit" not in Path(str(request.node.fspath)).parents:
+        return
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{request.node.nodeid} starts a process: tests/unit/ starts none "
+                             "(move it to tests/launcher/, or tests/e2e/ for a job)")
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
+    monkeypatch.setattr(os, "fork", refuse)
+    monkeypatch.setattr(os, "posix_spawn", refuse)
+
+
 @pytest.fixture
 def fake(tmp_path):
     """The fake backend (fake_backend.py), registered for the test."""

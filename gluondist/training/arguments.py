@@ -2,7 +2,7 @@
 a line saying what it means and its check; making a FitArgs runs every check, so a bad value
 fails in one line naming the argument before anything trains. fit's signature is written out
 for IDEs and ``help()`` and tested against this declaration, and the argument table of
-docs/fit.md is :func:`markdown_table` (tests/training/test_fit_args.py checks both)."""
+docs/fit.md is :func:`markdown_table` (tests/unit/test_fit_args.py checks both)."""
 from __future__ import annotations
 
 import os

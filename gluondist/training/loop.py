@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 NAN_READ_EVERY = 8
 
 
-# The arguments' names, order, defaults and types are FitArgs' (tests/training/test_fit_args.py checks
+# The arguments' names, order, defaults and types are FitArgs' (tests/unit/test_fit_args.py checks
 # it); they are written out here so that IDEs and help() show them.
 def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
         optimizer: Union[str, mx.optimizer.Optimizer] = "sgd",

@@ -6,7 +6,6 @@ import uuid
 import pytest
 
 
-
 def test_the_bench_runs_a_real_job_per_server_count(tmp_path):
     from conftest import TAG, kill_tagged, run_cli
     tag = uuid.uuid4().hex

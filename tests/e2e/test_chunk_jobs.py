@@ -2,7 +2,6 @@
 itself, in one process, is training/test_chunks.py)."""
 import numpy as np
 
-
 from conftest import SCRIPTS
 
 

@@ -1,9 +1,8 @@
 """Each wire compression in a real 2-worker job against a one-process reference of the same
-arithmetic (the refusals and the arithmetic alone: training/test_compression.py)."""
+arithmetic (the refusals and the arithmetic alone: unit/test_compression.py)."""
 import json
 
 import numpy as np
-
 
 from conftest import SCRIPTS
 

@@ -7,7 +7,6 @@ import subprocess
 import threading
 import uuid
 
-
 import docpages
 from conftest import ROOT, SCRIPTS, TAG, kill_tagged, wait_until
 
@@ -123,8 +122,6 @@ def test_the_bench_command_runs_as_written(tmp_path):
     result = json.loads(out.strip().splitlines()[-1])
     assert [r["servers"] for r in result["rows"]] == [1, 2]
     assert result["recommended_servers"] in (1, 2)
-
-
 
 
 def test_the_security_pages_ss_command_lists_a_running_jobs_ports(tmp_path):

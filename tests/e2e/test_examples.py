@@ -4,7 +4,6 @@ import re
 import subprocess
 import sys
 
-
 from conftest import ROOT
 
 EXAMPLES = ROOT / "examples"

@@ -4,7 +4,6 @@ import re
 import subprocess
 import sys
 
-
 from conftest import SCRIPTS
 
 LINE = r"epoch {}/{}: loss=\d+\.\d{{4}}  accuracy=\d\.\d{{4}}  \d+\.\d\ds \d+ samples/s"

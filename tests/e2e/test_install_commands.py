@@ -6,10 +6,8 @@ import shutil
 import subprocess
 import sys
 
-
 import docpages
 from conftest import ROOT
-
 
 
 def checkout_copy(dest):

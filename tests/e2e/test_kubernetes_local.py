@@ -8,7 +8,6 @@ import sys
 import time
 import uuid
 
-
 from conftest import SCRIPTS, TAG, kill_tagged, wait_until
 from gluondist.launcher.ports import free_ports
 from gluondist.launcher.kubernetes import kubernetes, scheduler_host

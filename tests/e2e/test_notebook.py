@@ -5,7 +5,6 @@ from nbclient import NotebookClient
 from conftest import ROOT
 
 
-
 def test_quickstart_runs_in_a_real_kernel():
     path = ROOT / "examples" / "quickstart.ipynb"
     nb = nbformat.read(path, as_version=4)

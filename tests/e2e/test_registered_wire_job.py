@@ -4,7 +4,6 @@ import json
 
 import numpy as np
 
-
 from conftest import SCRIPTS
 
 

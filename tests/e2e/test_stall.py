@@ -4,7 +4,6 @@ fast, in launcher/test_control_loop.py."""
 import re
 import time
 
-
 from conftest import SCRIPTS, wait_until
 
 STALL = str(SCRIPTS / "stall_job.py")

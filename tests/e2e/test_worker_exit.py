@@ -12,7 +12,6 @@ import pytest
 from conftest import SCRIPTS, TAG, kill_tagged
 
 
-
 @pytest.mark.parametrize("kind", ["excepthook", "fsync"])
 def test_a_closure_left_in_a_long_lived_module_still_ends_the_job_cleanly(kind, tmp_path,
                                                                          monkeypatch):

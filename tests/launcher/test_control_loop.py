@@ -15,15 +15,11 @@ import uuid
 import pytest
 
 import gluondist
-from gluondist import wire
 from gluondist.launcher import stall, transports
 from gluondist.launcher.errors import LaunchError, Stopped, StopRequest
 from gluondist.launcher.options import LaunchOptions
-from gluondist.launcher.outcome import (Attempt, Ending, Failure, Kind, LaunchResult,
-                                        ProcessEnd, Teardown, Why, diagnose)
-from gluondist.launcher.plan import LaunchPlan, ProcessSpec
+from gluondist.launcher.outcome import (Kind)
 from gluondist.launcher.ports import free_ports
-from gluondist.launcher.supervisor import Step, next_step
 from conftest import HERE, tagged_pids, TAG
 from fake_backend import WORKER, FakeSsh, run
 
@@ -261,97 +257,6 @@ def test_over_ssh_an_unreachable_host_stops_the_start_in_one_line(tmp_path, fake
 
 
 # the pure parts, on literal values
-
-def spec(role, rank, host="h"):
-    return ProcessSpec(role, rank, host, ("x",), {})
-
-
-PLAN = LaunchPlan(9000, (spec("scheduler", 0), spec("server", 0), spec("worker", 0),
-                         spec("worker", 1, "g")))
-
-
-def end(label, role, code, wall, error=None, lost=False, tail=(), host="h"):
-    return ProcessEnd(label, role, host, code, wall, tuple(tail), error, lost)
-
-
-def test_diagnose_puts_the_earliest_failure_first_whoever_was_noticed_first():
-    record = {"time": 5.0, "traceback": ["Traceback (most recent call last):", "E: boom"]}
-    ends = [end("scheduler", "scheduler", -15, 9.0), end("server 0", "server", -15, 9.0),
-            end("worker 0", "worker", 3, 8.0), end("worker 1", "worker", 1, 7.0, record)]
-    attempt = diagnose(PLAN, Ending(Why.EXITED, "worker 0", time=8.0),
-                       Teardown(("scheduler", "server 0")), ends)
-    assert (attempt.failure.label, attempt.failure.traceback[-1]) == ("worker 1", "E: boom")
-    assert [f.label for f in attempt.others] == ["worker 0"]
-    assert attempt.stopped == ("scheduler", "server 0") and attempt.exit_code == 1
-
-
-def test_a_recorded_exception_is_a_failure_whatever_the_process_exited_with():
-    # worker 1 raised, then its own atexit handler left with os._exit(0): the job failed
-    record = {"time": 1.0, "traceback": ["RuntimeError: boom"]}
-    ends = [end("worker 1", "worker", 0, 2.0, record), end("worker 0", "worker", 3, 3.0)]
-    attempt = diagnose(PLAN, Ending(Why.EXITED, "worker 0"), Teardown(("scheduler",)), ends)
-    assert (attempt.failure.label, attempt.exit_code) == ("worker 1", 1)
-
-
-@pytest.mark.parametrize("record", [{"traceback": []}, {"time": "soon"}, {"time": True},
-                                    {"time": 1.0, "traceback": "not lines"}, ["time"]])
-def test_a_malformed_error_record_is_no_record(record):
-    from gluondist.launcher.child import errorfile
-    assert errorfile.valid(record) is None
-    assert errorfile.valid({"time": 1, "traceback": ["x"]}) == {"time": 1, "traceback": ["x"]}
-
-
-def test_diagnose_names_one_lost_host_once_and_its_exit_code():
-    ends = [end("worker 0", "worker", 255, 1.0, lost=True, host="g"),
-            end("worker 1", "worker", 255, 1.1, lost=True, host="g"),
-            end("scheduler", "scheduler", -15, 2.0)]
-    attempt = diagnose(PLAN, Ending(Why.EXITED, "worker 0"), Teardown(("scheduler",)), ends)
-    assert attempt.failure.kind is Kind.LOST_HOST and attempt.others == ()
-    assert attempt.exit_code == 75
-
-
-@pytest.mark.parametrize("role,code,kind,exit_code", [
-    ("server", wire.REFUSED, Kind.REFUSED, 77),
-    ("scheduler", wire.PORT_TAKEN, Kind.PORT_TAKEN, 98),
-    ("worker", -9, Kind.SIGNAL, 137),
-    ("worker", 4, Kind.EXIT, 4),
-])
-def test_each_kind_of_process_failure_has_its_exit_code(role, code, kind, exit_code):
-    label = role if role == "scheduler" else f"{role} 0"
-    attempt = diagnose(PLAN, Ending(Why.EXITED, label), Teardown(), [end(label, role, code, 1)])
-    assert (attempt.failure.kind, attempt.exit_code) == (kind, exit_code)
-
-
-@pytest.mark.parametrize("why,kind,exit_code", [
-    (Why.STALLED, Kind.STALL, 124), (Why.TIMED_OUT, Kind.START_TIMEOUT, 1),
-    (Why.STOPPED, Kind.STOPPED, 143), (Why.DONE, None, 0)])
-def test_each_ending_of_the_job_as_a_whole_has_its_exit_code(why, kind, exit_code):
-    ending = Ending(why, reason="r", signum=signal.SIGTERM if why is Why.STOPPED else None)
-    attempt = diagnose(PLAN, ending, Teardown(("worker 0",)), [])
-    assert attempt.exit_code == exit_code
-    assert (attempt.failure.kind if attempt.failure else None) is kind
-    assert attempt.signal == (signal.SIGTERM if why is Why.STOPPED else None)
-
-
-def failed(kind):
-    return Attempt(PLAN, Failure(kind, "r", "worker 0"))
-
-
-@pytest.mark.parametrize("kinds,max_restarts,step", [
-    ([None], 0, Step.FINISH),
-    ([Kind.EXIT], 0, Step.FINISH),
-    ([Kind.EXIT], 1, Step.RESTART),
-    ([Kind.EXIT, Kind.EXIT], 1, Step.FINISH),
-    ([Kind.PORT_TAKEN], 0, Step.RETRY_PORT),
-    ([Kind.PORT_TAKEN] * 3, 0, Step.FINISH),  # retried twice: the third is the end
-    ([Kind.PORT_TAKEN, Kind.EXIT], 1, Step.RESTART),  # a port retry is no restart
-    ([Kind.PORT_TAKEN] * 3, 1, Step.RESTART),  # out of retries, a taken port is a failure
-    ([Kind.PORT_TAKEN] * 4, 1, Step.FINISH),  # ... and the restart it had counts
-    ([Kind.STOPPED], 5, Step.FINISH),
-])
-def test_next_step_is_the_control_loops_one_rule(kinds, max_restarts, step):
-    attempts = tuple(Attempt(PLAN) if k is None else failed(k) for k in kinds)
-    assert next_step(LaunchResult(attempts), max_restarts) is step
 
 
 # issue 36, defect 2: every attempt keeps its own logs, whatever ended the one before

@@ -14,10 +14,9 @@ from gluondist import elastic, wire
 from gluondist.launcher import discovery, resize
 from gluondist.launcher.errors import LaunchError
 from gluondist.launcher.options import LaunchOptions
-from gluondist.launcher.outcome import Attempt, Failure, Kind, LaunchResult
+from gluondist.launcher.outcome import Kind
 from gluondist.launcher.hosts import Host, read_hosts
-from gluondist.launcher.plan import build_plan
-from gluondist.launcher.supervisor import Step, next_step, resolve
+from gluondist.launcher.supervisor import resolve
 from gluondist.launcher.transports.ssh import SshTransport
 from conftest import wait_until
 from fake_backend import WORKER, run
@@ -82,18 +81,6 @@ def quick_watch(monkeypatch):
 
 def counts(tmp_path):
     return [int(n) for n in (tmp_path / "workers").read_text().split()]
-
-
-def test_n_min_max_parses_and_bad_values_are_one_line():
-    options = LaunchOptions((WORKER,), num_workers="2:3")
-    assert (options.fewest_workers, options.num_workers, options.elastic) == (2, 3, True)
-    assert LaunchOptions((WORKER,), num_workers=(1, 4)).fewest_workers == 1
-    assert not LaunchOptions((WORKER,), num_workers="3").elastic
-    with pytest.raises(LaunchError, match=r"^-n '2:x': give N, or MIN:MAX for an elastic job"):
-        LaunchOptions((WORKER,), num_workers="2:x")
-    with pytest.raises(LaunchError, match=r"^-n/--num-workers' MIN must be a whole number, "
-                                          r"1\.\.2, got 3 \(MIN:MAX, MIN at most MAX\)$"):
-        LaunchOptions((WORKER,), num_workers="3:2").validate()
 
 
 def test_an_elastic_job_starts_on_the_hosts_that_answer(tmp_path, fake):
@@ -202,18 +189,6 @@ def test_a_worker_exiting_79_unasked_is_a_failure(tmp_path, fake):
     assert result.exit_code == elastic.EXIT and result.failure.kind is Kind.EXIT
 
 
-def test_next_step_grows_without_counting_a_restart():
-    two, three = (build_plan(LaunchOptions((WORKER,), num_workers=n), 9000) for n in (2, 3))
-    grown = Attempt(two, resized=True)
-    failed = Attempt(three, Failure(Kind.EXIT, "exit code 1", status=1))
-    assert next_step(LaunchResult((grown,)), 0) is Step.GROW
-    result = LaunchResult((grown, failed))
-    assert (result.grows, len(result.restarts), result.port_retries) == (1, 0, 0)
-    assert next_step(result, 1) is Step.RESTART and next_step(result, 0) is Step.FINISH
-    same = LaunchResult((grown, Attempt(two)))  # started again with as many: no grow
-    assert (same.grows, len(same.restarts), same.port_retries) == (0, 0, 0)
-
-
 def test_a_remote_side_that_went_silent_is_a_lost_host():
     class Child:
         exit_report, proc = wire.SILENCED, type("P", (), {"returncode": wire.SILENCED})()
@@ -288,7 +263,6 @@ def test_a_just_lost_host_is_checked_again_only_when_the_others_fall_short(tmp_p
     assert {s.host for s in result.plan.specs} == {"h1", "h2"}
     assert [c for c in fake.checked if c[0] == 2] == [(2, ("h2", "h3")), (2, ("h1",))]
     assert notes.count("gluondist: host h3 is unreachable (down): left out of attempt 2") == 1
-
 
 
 def test_a_flapping_host_never_restarts_the_job_for_the_same_count(tmp_path, fake,

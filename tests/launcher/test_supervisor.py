@@ -3,37 +3,28 @@ worker's exit after a grow request (asked by both the monitor and diagnose), the
 base class's defaults (which every transport inherits), the console, and the Supervisor's
 loop itself with its ``attempt`` replaced by literal outcomes (as torchrun's api_test.py
 subclasses its agent)."""
-import ast
 import signal
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 
 from gluondist import elastic, wire
 from gluondist.launcher.console import Console
 from gluondist.launcher.errors import Stopped, StopRequest
-from gluondist.launcher.monitor import Joins, watch
 from gluondist.launcher.options import LaunchOptions
-from gluondist.launcher.outcome import (Attempt, Ending, Failure, Kind, ProcessEnd, Teardown,
-                                        GrowEnd, Unreaped, Why, diagnose, grow_end,
+from gluondist.launcher.outcome import (Attempt, Failure, Kind, GrowEnd, grow_end,
                                         stopped_to_grow)
-from gluondist.launcher.plan import LaunchPlan, ProcessSpec
-from gluondist.launcher.process import Exited, ProcessGroup
+from gluondist.launcher.plan import ProcessSpec
+from gluondist.launcher.process import ProcessGroup
 from gluondist.launcher.supervisor import Supervisor, resolve
 from gluondist.launcher.transports import Transport, backend
 from gluondist.launcher.transports.local import LocalTransport
 from gluondist.launcher.transports.slurm import SrunTransport
 from gluondist.launcher.transports.ssh import SshTransport
-from conftest import ROOT
 from fake_backend import FakeSshTransport, FakeTransport
 
-SCHEDULER = ProcessSpec("scheduler", 0, "127.0.0.1", ("node",), {})
-SERVER = ProcessSpec("server", 0, "127.0.0.1", ("node",), {})
 WORKER = ProcessSpec("worker", 0, "127.0.0.1", ("train",), {})
-PLAN = LaunchPlan(9000, (SCHEDULER, SERVER, WORKER))
 
 
 def test_only_a_workers_grow_exit_after_the_request_is_a_stop_to_grow():
@@ -52,66 +43,6 @@ def test_only_a_workers_grow_exit_after_the_request_is_a_stop_to_grow():
         assert grow_end("worker", code, asked=False) is None  # unasked: the worker's failure
         assert grow_end("server", code, asked=True) is None
     assert grow_end("worker", wire.RESIZED, asked=True) is GrowEnd.STOPPED
-
-
-def test_the_grow_exit_code_is_read_in_one_place_of_the_launcher():
-    # the monitor and diagnose ask grow_end (stopped_to_grow); nothing else compares the code
-    found = set()
-    for path in (ROOT / "gluondist" / "launcher").rglob("*.py"):
-        if "child" in path.parts:
-            continue  # the workers' side: the bootstrap's own exit
-        tree = ast.parse(path.read_text())
-        for fn in ast.walk(tree):
-            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                for node in ast.walk(fn):
-                    if isinstance(node, ast.Attribute) and node.attr == "RESIZED" or \
-                            isinstance(node, ast.Attribute) and node.attr == "EXIT" and \
-                            isinstance(node.value, ast.Name) and node.value.id == "elastic":
-                        found.add((path.stem, fn.name))
-    assert found == {("outcome", "grow_end")}
-
-
-class Polled:
-    """A started process group as the monitor sees it: these exits, then nothing runs."""
-
-    transport, children = LocalTransport(), []
-
-    def __init__(self, *exits):
-        self.exits = [Exited(spec, code, time.monotonic(), time.time()) for spec, code in exits]
-
-    def poll(self):
-        exits, self.exits = self.exits, []
-        return exits
-
-    def running(self):
-        return []
-
-
-@pytest.mark.parametrize("asked", [True, False])
-def test_the_monitor_and_diagnose_read_a_grow_exit_alike(asked):
-    resizing = threading.Event()
-    if asked:
-        resizing.set()
-    group = Polled((WORKER, wire.RESIZED))
-    ending = watch(PLAN, group, Joins(lambda spec, line: None), 60.0, resizing=resizing)
-    assert (ending.why, ending.label) == ((Why.DONE, "") if asked else (Why.EXITED, "worker 0"))
-    ends = [ProcessEnd(s.label, s.role, s.host, code, time.time())
-            for s, code in ((SCHEDULER, 0), (SERVER, 0), (WORKER, wire.RESIZED))]
-    attempt = diagnose(PLAN, ending, Teardown(), ends, asked_to_resize=asked)
-    if asked:
-        assert (attempt.resized, attempt.failure, attempt.ended) == (True, None, "stopped to grow")
-    else:
-        assert not attempt.resized
-        assert (attempt.failure.kind, attempt.failure.label, attempt.exit_code) == \
-            (Kind.EXIT, "worker 0", wire.RESIZED)
-
-
-def test_a_server_that_exits_with_the_grow_code_failed_even_when_asked():
-    resizing = threading.Event()
-    resizing.set()
-    ending = watch(PLAN, Polled((SERVER, wire.RESIZED)), Joins(lambda spec, line: None), 60.0,
-                   resizing=resizing)
-    assert (ending.why, ending.label) == (Why.EXITED, "server 0")
 
 
 class Minimal(Transport):
@@ -175,36 +106,6 @@ def test_the_teardown_stops_each_process_through_its_transport():
     assert (teardown.stopped, child.proc.returncode) == (("worker 0",), -signal.SIGTERM)
 
 
-CHATTER = "[12:00:00] /src/ps-lite/src/van.cc:100: Bind to role=worker, id=9"
-
-
-def test_the_console_prefixes_lines_hides_chatter_and_keeps_every_line():
-    shown = []
-    console = Console(lambda text, note: shown.append((text, note)), keep_logs=True)
-    console.line(WORKER, "hello")
-    console.line(WORKER, CHATTER)
-    console.note("a note")
-    assert shown == [("[worker 0] hello", False), ("gluondist: a note", True)]
-    assert console.logs == {"worker 0": ["hello", CHATTER]}
-    shown.clear()
-    loud = Console(lambda text, note: shown.append((text, note)), hide_chatter=False)
-    loud.line(WORKER, CHATTER)
-    assert (shown, loud.logs) == ([(f"[worker 0] {CHATTER}", False)], {})
-
-
-def test_the_console_says_what_a_teardown_left_and_what_an_interrupt_stopped():
-    shown = []
-    console = Console(lambda text, note: shown.append(text))
-    console.teardown([Unreaped("worker 0", 42, "D (disk sleep)")], [SERVER, WORKER], None)
-    assert shown[0].startswith("gluondist: worker 0 (pid 42) did not die after SIGKILL, in "
-                               "state D (disk sleep)")
-    assert shown[1:] == ["gluondist: stopped server 0, worker 0"]
-    shown.clear()
-    console.teardown([], [SERVER], Ending(Why.DONE))  # a job's own end: nothing to say
-    console.teardown([], [SERVER], Ending(Why.STOPPED, signum=signal.SIGTERM))
-    assert shown == ["gluondist: stopped server 0"]
-
-
 class Scripted(Supervisor):
     """The real loop; each attempt is the next literal outcome instead of processes."""
 
@@ -259,20 +160,3 @@ def test_a_stop_requested_before_an_attempt_starts_none():
     assert (raised.value.signum, supervisor.started) == (signal.SIGTERM, [])
 
 
-def test_a_worker_the_grow_request_killed_is_not_blamed():
-    # a worker that died of the launcher's own signal after it asked: the attempt stopped to
-    # grow, said plainly; unasked, the same death is the worker's failure as before
-    plan = LaunchPlan(9000, (SCHEDULER, SERVER, WORKER, ProcessSpec("worker", 1, "h", ("t",),
-                                                                    {})))
-    ends = (ProcessEnd("scheduler", "scheduler", "h", None),
-            ProcessEnd("server 0", "server", "h", None),
-            ProcessEnd("worker 0", "worker", "h", None),
-            ProcessEnd("worker 1", "worker", "h", -int(elastic.SIGNAL), wall=5.0))
-    ending = Ending(Why.EXITED, "worker 1", time=5.0)
-    torn = Teardown(("scheduler", "server 0", "worker 0"))
-    attempt = diagnose(plan, ending, torn, ends, asked_to_resize=True)
-    assert (attempt.failure, attempt.resized, attempt.cut_short) == (None, True, ("worker 1",))
-    assert attempt.ended == "stopped to grow"
-    unasked = diagnose(plan, ending, torn, ends)
-    assert (unasked.failure.label, unasked.failure.kind, unasked.resized) == \
-        ("worker 1", Kind.SIGNAL, False)

@@ -298,8 +298,6 @@ def test_fifos_deep_json_and_odd_run_files_never_hang_or_crash(small, tmp_path, 
         fit_mlp(small[0], checkpoint_dir=tmp_path, resume=False)
 
 
-
-
 def test_a_full_disk_names_the_checkpoint_and_keeps_the_earlier_ones(small, small_disk):
     class Fill(Callback):  # the disk fills up after the first checkpoint
         def on_epoch_begin(self, run, epoch):

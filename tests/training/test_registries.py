@@ -126,8 +126,6 @@ def test_the_wire_registry_holds_the_formats_that_were_strings():
     assert cmp.parse("2bit").code != cmp.parse({"type": "2bit", "threshold": 0.25}).code
 
 
-
-
 class AsyncStore:
     """What TrainStep reads of a dist_async kvstore: its type (the trainer has none, so the
     step applies this worker's clipped gradient locally, as a server would apply its push)."""

@@ -1,5 +1,6 @@
 """gluondist bench kvstore without jobs: the key count, the model, the table, the
-recommendation, the plot and the bad inputs (real jobs: e2e/test_bench_jobs.py)."""
+recommendation, the plot and the help (the command's refusals: launcher/test_bench_cli.py;
+real jobs: e2e/test_bench_jobs.py)."""
 import pytest
 
 from gluondist import wire
@@ -121,8 +122,6 @@ def test_worker_zeros_result_line_is_found():
     assert bench.parse(["noise"]) is None
 
 
-
-
 def test_the_plot_draws_each_layout_measured_and_modelled():
     pytest.importorskip("matplotlib")
     from gluondist.bench.plot import plot_rows
@@ -142,26 +141,6 @@ def test_the_plot_draws_each_layout_measured_and_modelled():
         plot_rows([])
 
 
-
-
-@pytest.mark.parametrize("args,message", [
-    (["--servers", "0,1"], "distinct server counts"),
-    (["--servers", "1,1"], "distinct server counts"),
-    (["--mbytes", "0"], "--mbytes"),
-    (["--mbytes", "nan"], "--mbytes"),
-    (["-n", "0"], "--num-workers"),
-    (["-n", "2:3"], "the bench runs a fixed number of workers"),
-    (["--plot", "/nonexistent/bench.png"], "--plot"),
-    (["--compression", "none,fp8"], "--compression"),
-    (["--compression", "fp16,fp16"], "--compression"),
-])
-def test_bad_bench_input_is_one_line_and_exit_2(args, message):
-    from conftest import run_cli
-    out = run_cli("bench", "kvstore", *args)
-    assert out.returncode == 2 and message in out.stderr
-    assert len(out.stderr.strip().splitlines()) == 1
-
-
 def test_the_bench_help_offers_a_worker_count_only():
     # issue 36, defect 5: it offered -n N|MIN:MAX, as gluondist launch does, and refused 2:3
     from click.testing import CliRunner
@@ -172,19 +151,6 @@ def test_the_bench_help_offers_a_worker_count_only():
     line = next(l for l in out.output.splitlines() if "--num-workers" in l)
     assert "-n, --num-workers N " in line and "MIN:MAX" not in out.output, line
     assert "elastic" not in out.output
-
-
-@pytest.mark.parametrize("server_hosts, servers, message", [
-    ("s,s", "1", "--server-hosts 's,s' names host 's' twice"),
-    ("s:2", "1,3", "-s 3 exceeds the 2 server slots in --server-hosts s:2")])
-def test_every_layouts_options_are_checked_before_the_first_job(server_hosts, servers,
-                                                                message):
-    # hosts a and b do not exist: a first (colocated) job would fail on them instead
-    from conftest import run_cli
-    out = run_cli("bench", "kvstore", "--launcher", "ssh", "-H", "a:1,b:1", "--server-hosts",
-                  server_hosts, "--servers", servers)
-    assert out.returncode == 2 and message in out.stderr, out.stderr
-    assert "push and pull" not in out.stderr  # no job was started
 
 
 def test_compressed_rows_count_their_bytes_and_are_advised_only_where_faster():

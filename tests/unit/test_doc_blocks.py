@@ -1,16 +1,12 @@
 """Every code block of the README, CONTRIBUTING.md and the docs pages is run by a test or
 says why not (the Python blocks run in e2e/test_doc_pages_run.py); the fit signature on
-its page is fit's; the sample hostfile places the job as its page says."""
+its page is fit's (the sample hostfile's command: launcher/test_doc_hostfile.py)."""
 import ast
 import inspect
 import re
-import shlex
-import subprocess
-import sys
 
 import pytest
 from conftest import ROOT
-import docpages
 from docpages import PAGES, TEST_REF, FENCE, blocks, marked
 
 
@@ -51,19 +47,3 @@ def test_the_signature_on_the_fit_page_is_fits():
     assert shown == f"gluondist.fit({params})"
 
 
-def test_the_sample_hostfile_places_the_job_as_the_page_says(tmp_path):
-    """docs/multi-host.md's hostfile and its command, planned (--dry-run: no host is reached):
-    the scheduler on node1, the servers one per host, workers 0 and 1 on node2."""
-    (tmp_path / "hosts.txt").write_text(docpages.block("docs/multi-host.md", "# hosts.txt"))
-    (tmp_path / "train.py").write_text("")
-    [command] = docpages.commands(docpages.block("docs/multi-host.md",
-                                                 "gluondist launch --launcher ssh -H hosts.txt"))
-    args = shlex.split(command)[1:]
-    args.insert(args.index("train.py"), "--dry-run")
-    proc = subprocess.run([sys.executable, "-m", "gluondist.cli", *args], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    placed = dict(re.findall(r"^(scheduler|server \d|worker \d) on (\S+):", proc.stdout, re.M))
-    assert placed == {"scheduler": "node1", "server 0": "node2", "server 1": "node1",
-                      "worker 0": "node2", "worker 1": "node2", "worker 2": "node1",
-                      "worker 3": "node1"}

@@ -44,9 +44,7 @@ def test_the_readme_is_a_front_page_whose_links_resolve():
         assert not anchor or anchor in headings, f"README: {path}#{anchor}: no such heading"
 
 
-
-
-def test_the_api_reference_has_every_public_name():
+def test_the_api_reference_has_every_public_name(checker):
     import gluondist
     shown = re.findall(r"^::: (\S+)$", (ROOT / "docs" / "reference" / "api.md").read_text(),
                        re.M)
@@ -54,7 +52,7 @@ def test_the_api_reference_has_every_public_name():
     wanted = [".".join(filter(None, lazy[name])) for name in gluondist.__all__]
     assert sorted(shown) == sorted(wanted)
     # a module shown with its members named (kvstore's come from the modules behind it)
-    check = checker()
+    check = checker
     text = (ROOT / "docs" / "reference" / "api.md").read_text()
     for module, members in re.findall(r"^::: gluondist\.(\S+)\n\s+options:\n\s+members: \[(.*?)\]",
                                       text, re.M | re.S):
@@ -67,12 +65,15 @@ def hooks():
     return load_file("docs_hooks", ROOT / "docs" / "hooks.py")
 
 
+@pytest.fixture(scope="session")
 def checker():
+    """docs/hooks.py's Checker, built once: griffe reads the package's source (and asks git
+    about it, a process, before the unit tier's guard applies to any test)."""
     return hooks().Checker()
 
 
-def test_a_page_naming_what_does_not_exist_is_told():
-    check = checker()
+def test_a_page_naming_what_does_not_exist_is_told(checker):
+    check = checker
     good = ("`gluondist launch -n 2 --stall-timeout 60 train.py --epochs 3`, `--max-restarts`, "
             "`gluondist.fit`, `gluondist.kvstore.CHUNK_BYTES`, `tests/netns.py`, `--ctx 2`,\n"
             "```sh\ngluondist bench kvstore --plot b.png  # gluondist never\n```\n"
@@ -98,8 +99,8 @@ def test_lists_that_would_not_render_are_told():
 
 
 @pytest.mark.parametrize("page", ["README.md", "CONTRIBUTING.md"])
-def test_the_pages_outside_docs_name_only_what_exists(page):  # not in the build's check
-    assert checker().problems((ROOT / page).read_text()) == []
+def test_the_pages_outside_docs_name_only_what_exists(page, checker):  # not in the build's check
+    assert checker.problems((ROOT / page).read_text()) == []
     assert hooks().layout_problems((ROOT / page).read_text()) == []
 
 
@@ -108,8 +109,6 @@ def test_the_test_extra_installs_the_docs_extra():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
     assert set(extras["docs"]) <= set(extras["test"])
-
-
 
 
 def test_every_launch_option_has_an_environment_variable_and_help_shows_it():

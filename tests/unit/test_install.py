@@ -30,7 +30,6 @@ def test_the_hint_names_the_declared_extras_and_their_mxnet_pins():
                      r"not yet$", INSTALL_HINT)
 
 
-
 def test_the_notebooks_install_line_is_a_checkouts_with_declared_extras():
     cells = json.loads((ROOT / "examples" / "quickstart.ipynb").read_text())["cells"]
     text = "".join(cells[0]["source"])

@@ -1,12 +1,11 @@
 """gluondist's Kubernetes manifests: valid objects (kubernetes-validate), one indexed Job or
-per-role Jobs, GPUs for workers only, and the committed example as the command writes it."""
-import json
+per-role Jobs, GPUs for workers only, the help and the Python call's checks (the command:
+launcher/test_manifest_cli.py)."""
 
 import kubernetes_validate
 import pytest
 
 from gluondist.launcher.kubernetes import kubernetes
-from conftest import ROOT, run_cli
 
 K8S = "1.30.0"
 
@@ -75,10 +74,6 @@ def test_per_role_jobs_give_gpus_to_workers_only():
         assert spec["podFailurePolicy"]["rules"][0]["action"] == "FailJob"
 
 
-def manifest_cli(*args):
-    return run_cli("manifest", "kubernetes", *args)
-
-
 def test_the_gpu_help_says_which_pods_get_the_limit():
     # issue 36, defect 6: it said CUDA_VISIBLE_DEVICES (launch's help), which a manifest never
     # sets; one Job has one pod template, so there the scheduler and servers get GPUs too
@@ -91,31 +86,6 @@ def test_the_gpu_help_says_which_pods_get_the_limit():
                  if p.name == "gpus_per_worker"]
     assert "nvidia.com/gpu" in option.help and "one-job" in option.help, option.help
     assert "servers" in option.help and "per-role" in option.help, option.help
-
-
-def test_the_committed_example_is_what_the_command_writes():
-    proc = manifest_cli("-n", "2", "-s", "1", "--image", "gluondist:latest", "--name", "digits",
-                        "--", "python", "examples/digits.py", "--epochs", "15")
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == json.loads(
-        (ROOT / "launch" / "kubernetes" / "digits.json").read_text())
-
-
-@pytest.mark.parametrize("args,message", [
-    (["--image", "i", "--name", "Bad_Name", "python"], "must be a DNS-1035 label"),
-    (["--image", "i", "--name", "1job", "python"], "--name '1job' must be a DNS-1035 label"),
-    (["--image", "i", "--name", "job-", "python"], "must be a DNS-1035 label"),
-    (["--image", "i", "--name", "a" * 43, "python"], "at most 42 characters"),
-    (["--image", "", "python"], "--image '' must be an image reference"),
-    (["--image", "my image:tag", "python"], "non-empty and without whitespace"),
-    (["--image", "img:1\n", "python"], "without whitespace"),
-    (["--name", "x", "python"], "Missing option '--image'"),
-    (["--image", "i", "-n", "0", "python"], "0 is not in the range x>=1"),
-])
-def test_manifest_bad_input(args, message):
-    proc = manifest_cli(*args)
-    assert proc.returncode == 2 and message in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("kwargs,message", [

@@ -1,0 +1,36 @@
+"""`gluondist bench kvstore` as a command: each bad input is one line and exit 2, and every
+layout's options are checked before the first job (the bench's pieces: unit/test_bench.py;
+its real jobs: e2e/test_bench_jobs.py)."""
+import pytest
+
+from conftest import run_cli
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--servers", "0,1"], "distinct server counts"),
+    (["--servers", "1,1"], "distinct server counts"),
+    (["--mbytes", "0"], "--mbytes"),
+    (["--mbytes", "nan"], "--mbytes"),
+    (["-n", "0"], "--num-workers"),
+    (["-n", "2:3"], "the bench runs a fixed number of workers"),
+    (["--plot", "/nonexistent/bench.png"], "--plot"),
+    (["--compression", "none,fp8"], "--compression"),
+    (["--compression", "fp16,fp16"], "--compression"),
+])
+def test_bad_bench_input_is_one_line_and_exit_2(args, message):
+    out = run_cli("bench", "kvstore", *args)
+    assert out.returncode == 2 and message in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("server_hosts, servers, message", [
+    ("s,s", "1", "--server-hosts 's,s' names host 's' twice"),
+    ("s:2", "1,3", "-s 3 exceeds the 2 server slots in --server-hosts s:2")])
+def test_every_layouts_options_are_checked_before_the_first_job(server_hosts, servers,
+                                                                message):
+    # hosts a and b do not exist: a first (colocated) job would fail on them instead
+    out = run_cli("bench", "kvstore", "--launcher", "ssh", "-H", "a:1,b:1", "--server-hosts",
+                  server_hosts, "--servers", servers)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert "push and pull" not in out.stderr  # no job was started
+
