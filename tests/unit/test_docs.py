@@ -198,3 +198,21 @@ def test_every_test_lives_in_a_tier_contributing_describes():
     text = (ROOT / "CONTRIBUTING.md").read_text()
     for tier in tiers:
         assert f"| `tests/{tier}/` |" in text, f"CONTRIBUTING.md's table has no row for tests/{tier}/"
+
+
+def test_contributing_maps_every_module_to_its_tests():
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    section = text.split("### Which tests cover a module", 1)[1].split("\n\n", 2)[2]
+    rows = [line.split(" | ") for line in section.split("\n\n")[0].splitlines()[2:]]
+    code = {c for row in rows for c in re.findall(r"`([\w/.]+)`", row[0])}
+    tests = {t for row in rows for cell in row[1:] for t in re.findall(r"`([\w/.]+\.py)`", cell)}
+    package = ROOT / "gluondist"
+    for path in package.rglob("*.py"):
+        rel = path.relative_to(package)
+        named = str(rel) in code or any(str(rel).startswith(c) for c in code if c.endswith("/"))
+        if rel.name == "__init__.py" and rel.parent.name:  # a package: a row for its modules
+            named = named or any(c.startswith(f"{rel.parent}/") for c in code)
+        assert named, f"CONTRIBUTING.md's test map has no row for gluondist/{rel}"
+    files = {str(p.relative_to(ROOT / "tests")) for p in (ROOT / "tests").glob("*/test_*.py")}
+    assert tests <= files, f"the test map names files that do not exist: {tests - files}"
+    assert files <= tests, f"the test map leaves out {sorted(files - tests)}"
