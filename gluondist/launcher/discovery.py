@@ -62,7 +62,9 @@ def discover(script: str, timeout: float = TIMEOUT) -> Tuple[Host, ...]:
 
 class Watcher:
     """Runs the script every ``every`` seconds (:data:`EVERY` by default) on a thread of its
-    own and hands each new list of hosts to ``changed``. A run that fails leaves the hosts as
+    own and hands every list it prints to ``changed`` (a grow that a failed run held back is
+    asked at the next run that works, as is one noticed while no attempt ran). A run that
+    fails leaves the hosts as
     they were and is said (through ``say``) once: again only after the script has worked for
     :data:`RECOVERED` seconds since, so a flaky inventory service is named once, not at every
     other run (issue 36, defect 10). ``run_now`` and ``refresh`` run it out of turn, under
@@ -120,11 +122,9 @@ class Watcher:
     def _run(self) -> None:
         while not self._stop.wait(self.every):
             hosts = self.run_now()
-            with self._lock:
-                new = hosts is not None and hosts != self.hosts
-                if new:
+            if hosts is not None:
+                with self._lock:
                     self.hosts = hosts
-            if new:
                 try:
                     self.changed(hosts)
                 except Exception as exc:  # noqa: BLE001 (the job goes on; say it once)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Callable, Optional, Set, Tuple
+from typing import Callable, Dict, Optional, Set, Tuple
 
 from .discovery import EVERY
 from .errors import LaunchError
@@ -93,15 +93,19 @@ def first(job: LaunchOptions, backend: Backend, show: Show) -> LaunchOptions:
     return options
 
 
+STEADY = 3  # runs of the script in a row that list a new host before its slots count
+
+
 class Grower:
     """While an attempt of a job with --host-discovery runs: when the hosts discovered hold
     more slots than it has workers, and fewer than MAX run, it asks the workers (once) to stop
     at their next epoch end, after its checkpoint; the supervisor then starts the job again,
     larger. New hosts are checked by the backend first (once per attempt each), and the script
     is run once more right before asking (``recheck``: the supervisor gives its watch's
-    ``run_now``, so a failure then is said by the watch's rule): a host that is gone again by
-    then (a flapping one) asks nothing, so the job does not stop to start again with as many
-    workers (issue 36, defect 9)."""
+    ``run_now``, so a failure then is said by the watch's rule, and the listing just given
+    holds): a host that is gone again by then (a flapping one) asks nothing, so the job does not stop to start again with as many
+    workers (issue 36, defect 9). A host counts only once :data:`STEADY` runs in a row listed
+    it, so one that flaps in and out every few seconds never asks."""
 
     def __init__(self, job: LaunchOptions, backend: Backend, show: Show):
         self.job, self.backend, self.show = job, backend, show
@@ -112,6 +116,7 @@ class Grower:
         self._attempt = 0
         self._checked: Set[str] = set()  # hosts checked during this attempt
         self._reached: Set[str] = set()  # of those, the ones that passed
+        self._listed: Dict[str, int] = {}  # runs in a row that listed each host
         # the hosts the script lists now, or None when it fails; until the supervisor gives
         # its watch's, nothing can be checked again, and nothing is asked
         self.recheck: Callable[[], Optional[Tuple[Host, ...]]] = lambda: None
@@ -128,8 +133,9 @@ class Grower:
             self._group = None
 
     def hosts_changed(self, hosts) -> None:
-        """From the discovery thread: the script printed ``hosts``."""
+        """From the discovery thread: the script printed ``hosts`` (every run that worked)."""
         with self._lock:
+            self._listed = {h.name: self._listed.get(h.name, 0) + 1 for h in hosts}
             options, group = self._options, self._group
             if group is None or self.asked.is_set() or options.num_workers >= self.job.num_workers:
                 return
@@ -142,7 +148,11 @@ class Grower:
         if self._count(hosts) <= options.num_workers:
             return
         now = self.recheck()  # still listed right before the workers are asked to stop?
-        count = self._count(now) if now is not None else 0
+        if now is None:  # a flaky script: the listing it just gave holds, steady as it is
+            now = hosts
+        with self._lock:
+            self._listed = {h.name: self._listed.get(h.name, 0) for h in now}
+        count = self._count(now)
         if count <= options.num_workers:
             return
         usable = [h for h in now if h.name in self._reached]
@@ -161,5 +171,10 @@ class Grower:
                       "epoch end: the job takes them at its next restart", True)
 
     def _count(self, hosts) -> int:
-        """The workers ``hosts`` hold, of those the backend reached, up to MAX."""
-        return min(self.job.num_workers, slots(h for h in hosts if h.name in self._reached))
+        """The workers ``hosts`` hold, of those the backend reached (a new one listed
+        :data:`STEADY` runs in a row), up to MAX."""
+        running = self._options.hosts if self._options else ()
+        steady = {h.name for h in running} | {
+            name for name, runs in self._listed.items() if runs >= STEADY}
+        return min(self.job.num_workers, slots(h for h in hosts
+                                              if h.name in self._reached and h.name in steady))

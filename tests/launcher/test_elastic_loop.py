@@ -277,7 +277,8 @@ def test_a_flapping_host_never_restarts_the_job_for_the_same_count(tmp_path, fak
     assert not [n for n in notes if "grow" in n], notes
 
 
-def test_a_grow_whose_host_left_before_the_restart_says_so(tmp_path, fake, monkeypatch):
+def test_a_grow_whose_host_left_before_the_restart_says_so(tmp_path, fake, monkeypatch,
+                                                            quick_watch):
     # issue 36, defect 9: asked to grow onto h3, which is no longer listed once the workers
     # stopped: the job starts again with as many workers, says why, and counts no growth
     script, listing = discovery_script(tmp_path, "h1:1\nh2:1\n")
@@ -323,3 +324,20 @@ def test_a_failing_script_is_named_again_once_it_had_worked_for_a_while(tmp_path
     assert [watch.run_now() for _ in range(2)] == [None, (Host("h1", 1),)]
     assert len(said) == 1  # that failure followed no run that worked "long": not said
     assert watch.run_now() is None and len(said) == 2  # this one did: said
+
+
+def test_a_flaky_discovery_script_still_grows_the_job(tmp_path, fake, quick_watch):
+    # a script failing every other call failed the re-check right before the ask, and the
+    # watch, acting only on a changed listing, never asked again: the job never grew
+    script, listing = discovery_script(tmp_path, "h1:1\nh2:1\n")
+    calls = tmp_path / "calls"
+    calls.write_text("0")
+    script.write_text(f"#!/bin/sh\nn=$(cat {calls}); n=$((n + 1)); echo $n > {calls}\n"
+                      f"if [ $((n % 2)) = 1 ]; then cat {listing}; "
+                      "else echo 'inventory down' >&2; exit 1; fi\n")
+    with once_running(tmp_path, lambda: listing.write_text("h1:1\nh2:1\nh3:1\n")):
+        result, notes = discovered_job(tmp_path, script, "epochs", "3", "100")
+    assert result.exit_code == 0, notes
+    assert [(a.workers, a.ended) for a in result.attempts] == [(2, "stopped to grow"),
+                                                                (3, "succeeded")], notes
+    assert len([n for n in notes if "inventory down" in n]) == 1, notes
