@@ -45,8 +45,9 @@ def pslite_verbose(user: Optional[str]) -> Tuple[str, bool]:
 
 def role_env(role: str, rank: int, kvstore: str, attempt: int = 0) -> Dict[str, str]:
     """The variables that make a process this role (and, for a worker, this rank, with the
-    ``attempt``'s index as GLUONDIST_RESTART_COUNT, as torchrun's TORCHELASTIC_RESTART_COUNT
-    counts every start of the worker group: restarts, grows and port retries alike)."""
+    ``attempt``'s index as GLUONDIST_RESTART_COUNT: restarts, grows and port retries alike,
+    since it names each attempt's logs; torchrun's TORCHELASTIC_RESTART_COUNT leaves a
+    scaling event's count as it was)."""
     env = {ev.DMLC_ROLE: role}
     if role == "worker":
         env.update({ev.GLUONDIST_RANK: str(rank), ev.GLUONDIST_KVSTORE: kvstore,
