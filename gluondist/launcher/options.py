@@ -239,6 +239,15 @@ def check_kvstore(kind) -> None:
                           f"{', '.join(DIST_KINDS)}")
 
 
+# what the launcher sets for each process, and the option that sets it
+LAUNCHERS = {ev.DMLC_ROLE: "-n and -s place the roles", ev.DMLC_NUM_WORKER: "give -n",
+             ev.DMLC_NUM_SERVER: "give -s", ev.DMLC_PS_ROOT_URI: "give --scheduler-address",
+             ev.DMLC_PS_ROOT_PORT: "each attempt picks a free one",
+             ev.DMLC_NODE_HOST: "give -H or --interface", ev.GLUONDIST_RANK: "from -n",
+             ev.GLUONDIST_KVSTORE: "give --kvstore",
+             ev.GLUONDIST_RESTART_COUNT: "it counts the attempts"}
+
+
 def check_env(env: Dict[str, str]) -> None:
     """Every pair of ``env`` is a KEY=VALUE a process can be given: both strings, a key; and
     the values gluondist's workers read from it, with this environment's, are valid (checked
@@ -247,6 +256,10 @@ def check_env(env: Dict[str, str]) -> None:
            or not isinstance(v, str)]
     if bad:
         raise LaunchError(f"--env {bad[0]!r}={env[bad[0]]!r}: write KEY=VALUE, both strings")
+    own = [k for k in env if k in LAUNCHERS]
+    if own:
+        raise LaunchError(f"--env {own[0]}: the launcher sets it for each process "
+                          f"({LAUNCHERS[own[0]]}); leave it out of --env")
     try:
         chunks.check_environment({**os.environ, **env})
     except ValueError as exc:

@@ -4,6 +4,7 @@ plan as the command shows it: launcher/test_plan_cli.py)."""
 
 import pytest
 
+from gluondist.launcher.errors import LaunchError
 from gluondist.launcher.hosts import Host
 from gluondist.launcher.options import LaunchOptions
 from gluondist.launcher.plan import ProcessSpec, build_plan
@@ -85,3 +86,12 @@ def test_launch_refuses_an_unknown_option_in_one_line():
         gluondist.launch("train.py", dry_run=True)
 
 
+
+
+@pytest.mark.parametrize("name", ["DMLC_ROLE", "DMLC_NUM_WORKER", "DMLC_PS_ROOT_PORT",
+                                  "GLUONDIST_RANK", "GLUONDIST_RESTART_COUNT", "DMLC_NODE_HOST"])
+def test_env_cannot_override_what_the_launcher_sets_for_each_process(name):
+    # a new user's --env GLUONDIST_RESTART_COUNT=9 reached the workers over the launcher's own
+    with pytest.raises(LaunchError, match=rf"^--env {name}: the launcher sets it for each "
+                                          r"process \(.+\); leave it out of --env$"):
+        LaunchOptions((str(SCRIPTS / "job.py"),), env={name: "1"}).validate()
