@@ -19,8 +19,8 @@ def launch(command: Union[str, Sequence[str]], *args: str, echo: bool = True,
     (``num_workers=2``, ``(MIN, MAX)`` for an elastic job as ``-n MIN:MAX``;
     ``num_servers``, ``kvstore``, ``log_dir``, ``env``, ``max_restarts``, ``launcher``,
     ``hosts``, ``gpus_per_worker``, ...), each taken as the CLI takes its flag: an argument
-    given here wins, else the flag's environment variable (``GLUONDIST_NUM_WORKERS``, ...),
-    else LaunchOptions' default. The same console, the same reports.
+    given here wins (None counts as not given), else the flag's environment variable
+    (``GLUONDIST_NUM_WORKERS``, ...), else LaunchOptions' default. The same console, the same reports.
 
     Returns a LaunchResult: ``exit_code`` (0; else the failing process's own code, 128+N for
     signal N, 75 for a lost host, 124 for a stall, 1 for a start timeout: see
@@ -41,6 +41,9 @@ def launch(command: Union[str, Sequence[str]], *args: str, echo: bool = True,
                           "LaunchOptions' fields (see help(gluondist.LaunchOptions))")
     if "env" in options and options["env"] is None:  # env=None: no pairs, as always
         options["env"] = {}
+    # None is "not given", as a wrapper passing on its own None defaults means it: the
+    # option's variable, else its default
+    options = {name: value for name, value in options.items() if value is not None}
     cmd = [command] if isinstance(command, str) else list(command)
     job = from_environment(tuple(cmd) + tuple(args), options, os.environ)
     show = terminal() if echo else (lambda text, note: None)

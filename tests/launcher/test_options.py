@@ -110,3 +110,11 @@ def test_every_option_variable_reads_the_same_through_both_doors(monkeypatch, tm
     by_api = from_environment((JOB,), {}, environ)
     assert by_api == by_cli
     assert (by_api.num_workers, by_api.min_workers, by_api.env) == (3, 2, {"A": "1", "B": "x=y"})
+
+
+def test_an_argument_of_none_is_not_given_and_the_variable_is_read(monkeypatch):
+    # a wrapper passing its own None defaults lost GLUONDIST_MAX_RESTARTS (a new user's find)
+    import gluondist
+    monkeypatch.setenv("GLUONDIST_MAX_RESTARTS", "two")
+    with pytest.raises(LaunchError, match=r"^GLUONDIST_MAX_RESTARTS='two' \(--max-restarts\)"):
+        gluondist.launch(JOB, echo=False, max_restarts=None, log_dir=None)
