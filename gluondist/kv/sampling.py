@@ -56,6 +56,10 @@ class ShardedBatchSampler:
         self.num_workers, self.rank = num_workers, rank
         self.shuffle, self.seed, self.last_batch = shuffle, seed, last_batch
         self.global_batch_size = global_batch_size or batch_size * num_workers
+        if last_batch == "discard" and length < self.global_batch_size:
+            raise ValueError(f"{length} samples hold no full global batch of "
+                             f"{self.global_batch_size}: with last_batch='discard' every epoch "
+                             "would be empty; give a smaller batch_size, or last_batch='keep'")
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:

@@ -86,3 +86,12 @@ def test_as_a_dataloaders_batch_sampler_every_worker_gets_full_batches():
     assert list(even) == [b.tolist() for b, _ in even.batches()]
     with pytest.raises(ValueError, match="global batch of 2 .* 3 workers"):
         list(ShardedBatchSampler(8, 1, 3, 2, last_batch="discard", global_batch_size=2))
+
+
+def test_a_discarding_sampler_with_no_full_global_batch_is_refused():
+    # 100 samples, 60 per worker on 2: every epoch was silently empty (a new user's find)
+    with pytest.raises(ValueError, match=r"^100 samples hold no full global batch of 120: "
+                                         r"with last_batch='discard' every epoch would be empty"):
+        ShardedBatchSampler(100, 60, 2, 0, last_batch="discard")
+    assert len(ShardedBatchSampler(100, 60, 2, 0)) == 1  # kept: one partial batch
+    assert len(ShardedBatchSampler(120, 60, 2, 1, last_batch="discard")) == 1
