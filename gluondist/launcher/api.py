@@ -20,7 +20,8 @@ def launch(command: Union[str, Sequence[str]], *args: str, echo: bool = True,
     ``num_servers``, ``kvstore``, ``log_dir``, ``env``, ``max_restarts``, ``launcher``,
     ``hosts``, ``gpus_per_worker``, ...), each taken as the CLI takes its flag: an argument
     given here wins (None counts as not given), else the flag's environment variable
-    (``GLUONDIST_NUM_WORKERS``, ...), else LaunchOptions' default. The same console, the same reports.
+    (``GLUONDIST_NUM_WORKERS``, ...), else LaunchOptions' default. The same console, the
+    same reports.
 
     Returns a LaunchResult: ``exit_code`` (0; else the failing process's own code, 128+N for
     signal N, 75 for a lost host, 124 for a stall, 1 for a start timeout: see

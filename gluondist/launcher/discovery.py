@@ -64,11 +64,10 @@ class Watcher:
     """Runs the script every ``every`` seconds (:data:`EVERY` by default) on a thread of its
     own and hands every list it prints to ``changed`` (a grow that a failed run held back is
     asked at the next run that works, as is one noticed while no attempt ran). A run that
-    fails leaves the hosts as
-    they were and is said (through ``say``) once: again only after the script has worked for
-    :data:`RECOVERED` seconds since, so a flaky inventory service is named once, not at every
-    other run (issue 36, defect 10). ``run_now`` and ``refresh`` run it out of turn, under
-    the same rule."""
+    fails leaves the hosts as they were and is said (through ``say``) once: again only after
+    the script has worked for :data:`RECOVERED` seconds since, so a flaky inventory service
+    is named once, not at every other run (issue 36, defect 10). ``run_now`` and
+    ``refresh`` run it out of turn, under the same rule."""
 
     def __init__(self, script: str, hosts: Tuple[Host, ...],
                  changed: Callable[[Tuple[Host, ...]], None], say: Callable[[str], None],
@@ -111,8 +110,8 @@ class Watcher:
         return hosts
 
     def refresh(self) -> Tuple[Host, ...]:
-        """The hosts the script prints now, kept as the watch's list (a later change from
-        them is acted on); those it printed before when it fails."""
+        """The hosts the script prints now, kept as the watch's list; those it printed before
+        when it fails."""
         hosts = self.run_now()
         with self._lock:
             if hosts is not None:

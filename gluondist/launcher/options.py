@@ -357,8 +357,9 @@ def from_environment(command: Tuple[str, ...], given: Mapping[str, object],
                      environ: Mapping[str, str]) -> LaunchOptions:
     """LaunchOptions for ``gluondist.launch()`` in the CLI's order: a field ``given`` (an
     argument) as given, else its flag's variable when ``environ`` sets it (not empty, as click
-    has it), read as ``gluondist launch`` reads it, else its default. A bad value is a
-    LaunchError naming the variable."""
+    has it), read as ``gluondist launch`` reads it, else its default. A value it cannot read
+    is a LaunchError naming the variable; one out of range is refused later, by validate(),
+    naming its flag, as the CLI does."""
     values = dict(given)
     for name, (flag, default) in flags().items():
         text = environ.get(flag.envvar) if flag.envvar else None

@@ -219,8 +219,8 @@ class LaunchResult:
     def port_retries(self) -> int:
         """How many attempts were started again on another port, the scheduler's taken."""
         taken = sum(a.failure is not None and a.failure.kind is Kind.PORT_TAKEN
-                    for a in self.attempts[:-1])
-        return min(taken, PORT_RETRIES)
+                    for a in self.attempts[:-1])  # those restarted_from did not restart from
+        return taken - sum(f.kind is Kind.PORT_TAKEN for f in self.restarts)
 
 
 class GrowEnd(enum.Enum):

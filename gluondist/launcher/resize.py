@@ -103,9 +103,9 @@ class Grower:
     larger. New hosts are checked by the backend first (once per attempt each), and the script
     is run once more right before asking (``recheck``: the supervisor gives its watch's
     ``run_now``, so a failure then is said by the watch's rule, and the listing just given
-    holds): a host that is gone again by then (a flapping one) asks nothing, so the job does not stop to start again with as many
-    workers (issue 36, defect 9). A host counts only once :data:`STEADY` runs in a row listed
-    it, so one that flaps in and out every few seconds never asks."""
+    holds): a host that is gone again by then asks nothing, so the job does not stop to start
+    again with as many workers (issue 36, defect 9). A new host counts only once
+    :data:`STEADY` runs in a row listed it, so one that flaps in and out never asks."""
 
     def __init__(self, job: LaunchOptions, backend: Backend, show: Show):
         self.job, self.backend, self.show = job, backend, show
@@ -152,10 +152,10 @@ class Grower:
             now = hosts
         with self._lock:
             self._listed = {h.name: self._listed.get(h.name, 0) for h in now}
-        count = self._count(now)
+        usable = self._usable(now)
+        count = min(self.job.num_workers, slots(usable))
         if count <= options.num_workers:
             return
-        usable = [h for h in now if h.name in self._reached]
         with self._lock:
             if self._group is not group or self.asked.is_set():
                 return
@@ -170,11 +170,13 @@ class Grower:
                       "under gluondist's bootstrap (a SCRIPT.py or python -m) to stop at an "
                       "epoch end: the job takes them at its next restart", True)
 
+    def _usable(self, hosts) -> Tuple[Host, ...]:
+        """Those of ``hosts`` the backend reached that the attempt runs on or that were
+        listed :data:`STEADY` runs in a row."""
+        running = {h.name for h in self._options.hosts} if self._options else set()
+        return tuple(h for h in hosts if h.name in self._reached and (
+            h.name in running or self._listed.get(h.name, 0) >= STEADY))
+
     def _count(self, hosts) -> int:
-        """The workers ``hosts`` hold, of those the backend reached (a new one listed
-        :data:`STEADY` runs in a row), up to MAX."""
-        running = self._options.hosts if self._options else ()
-        steady = {h.name for h in running} | {
-            name for name, runs in self._listed.items() if runs >= STEADY}
-        return min(self.job.num_workers, slots(h for h in hosts
-                                              if h.name in self._reached and h.name in steady))
+        """The workers ``hosts`` hold (see :meth:`_usable`), up to MAX."""
+        return min(self.job.num_workers, slots(self._usable(hosts)))
