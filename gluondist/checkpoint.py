@@ -1,4 +1,5 @@
-"""Per-epoch checkpoints that a crash cannot corrupt and that cannot run code when read.
+"""Checkpoints that a crash cannot corrupt and that cannot run code when read: at each epoch's
+end, and within epochs with fit's ``checkpoint_every`` (written by :mod:`gluondist.snapshot`).
 
 Layout of ``checkpoint_dir`` (plain MXNet reads every file; nothing is pickled)::
 
@@ -6,7 +7,8 @@ Layout of ``checkpoint_dir`` (plain MXNet reads every file; nothing is pickled):
       net.params        the parameters: net.load_parameters("ckpt-000007/net.params")
       trainer.states    the optimizer's state arrays (momentum, Adam's moments): mx.nd.load();
                         absent for an optimizer without state (plain SGD)
-      state.json        format, epoch, seed, history, RNG states, model signature, callback
+      state.json        format, epoch (and within one: its batches trained, its running
+                        sums), seed, history, RNG states, model signature, callback
                         states, the optimizer's update counts and which array is whose state
       callbacks.params  callbacks' arrays, e.g. EarlyStopping's best weights (when any)
     run.json            written by fit(resume=False): checkpoints numbered below its "first"
@@ -21,13 +23,10 @@ a pickle, which would run code when loaded.
 """
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
 import random
-import re
-import shutil
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -37,15 +36,15 @@ import numpy as np
 from ._mx import mx
 from .devices import assign
 from .kv.sampling import SEEDS
+from .snapshot import (CALLBACKS, PARAMS, RUN, STATE, STATES, Snapshot, first_of_run, fsync,
+                       next_number, numbers, read_json, regular)
 
 log = logging.getLogger(__name__)
 
-# 4: the shuffle's per-epoch seed from numpy's SeedSequence too (3: MXNet's only; 2: neither)
-FORMAT = 4
-KEEP = 2
-PARAMS, STATES, STATE, RUN = "net.params", "trainer.states", "state.json", "run.json"
-CALLBACKS = "callbacks.params"
-_NAME = re.compile(r"^ckpt-(\d{6,})$")
+# 5: checkpoints within an epoch too ("batch", "sums"); 4, read as well, has the same seeds
+# (4: the shuffle's per-epoch seed from numpy's SeedSequence too; 3: MXNet's only; 2: neither)
+FORMAT = 5
+READS = (4, 5)
 
 
 @dataclass
@@ -62,13 +61,20 @@ class RunState:
     # samples per step over all workers (None in checkpoints older than elastic jobs), which a
     # resume keeps whatever the worker count
     global_batch: Optional[int] = None
+    # a checkpoint within an epoch (fit's checkpoint_every): the epoch's batches trained (None:
+    # the epoch is complete) and the running sums of its loss and metrics so far (over all
+    # workers of a dist_sync job), which the resumed epoch adds to its own
+    batch: Optional[int] = None
+    sums: Optional[List[float]] = None
 
     @classmethod
-    def capture(cls, run) -> "RunState":
-        """The state of ``run`` (a :class:`gluondist.training.run.Run`) at the end of an epoch."""
+    def capture(cls, run, batch: Optional[int] = None,
+                sums: Optional[List[float]] = None) -> "RunState":
+        """The state of ``run`` (a :class:`gluondist.training.run.Run`) at the end of an epoch,
+        or after ``batch`` of its batches with the epoch's running ``sums``."""
         return cls(seed=run.seed, signature=signature(run.net), history=run.history.history,
                    rng=rng_states(), callbacks=run.callbacks.state_dict(),
-                   global_batch=run.global_batch)
+                   global_batch=run.global_batch, batch=batch, sums=sums)
 
     @classmethod
     def of(cls, state: dict) -> "RunState":
@@ -80,9 +86,14 @@ class RunState:
         """Every field fit reads, of the type and range it needs (``need(ok, what)`` raises)."""
         need(_int(state.get("seed"), 0, SEEDS - 1), "seed")
         need(isinstance(state.get("signature"), list), "signature")
+        batch, sums = state.get("batch"), state.get("sums")
+        need(batch is None or _int(batch, 1, 2 ** 62), "batch")
+        need((sums is None) == (batch is None) and (sums is None or isinstance(sums, list) and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in sums)), "sums")
+        rows = state["epoch"] + (1 if batch is None else 0)  # the epochs complete
         history = state.get("history")
         need(isinstance(history, dict) and all(
-            isinstance(v, list) and len(v) == state["epoch"] + 1 and
+            isinstance(v, list) and len(v) == rows and
             all(isinstance(x, (int, float)) for x in v) for v in history.values()), "history")
         rng = state.get("rng")
         need(isinstance(rng, dict) and _rng_ok(rng), "rng")
@@ -108,6 +119,7 @@ class Checkpoint:
                  callback_arrays: dict):
         self.path, self.epoch, self.optimizer = path, state["epoch"], state["optimizer"]
         self.state = RunState.of(state)
+        self.batch = self.state.batch  # None: the end of ``epoch``, else its batches trained
         self.params, self.arrays, self.callback_arrays = params, arrays, callback_arrays
 
 
@@ -133,53 +145,19 @@ def set_rng_states(states: dict) -> None:
 
 def save(directory, epoch: int, net, trainer, state: RunState,
          callback_arrays: Optional[dict] = None) -> Path:
-    """Write the checkpoint of ``epoch``: ``net``'s parameters, ``trainer``'s optimizer state
-    (None when the servers hold it, as in ``dist_async``), the run's ``state`` and the
-    callbacks' arrays (EarlyStopping's best weights). Returns its directory."""
-    directory = Path(directory)
-    number = _next_number(directory)
-    final = directory / f"ckpt-{number:06d}"
-    tmp = directory / f".{final.name}.{os.getpid()}.tmp"
-    try:
-        _write(tmp, epoch, net, trainer, state, callback_arrays)
-    except (OSError, mx.base.MXNetError) as exc:  # a full disk, a quota, an I/O error
-        reason = _reason(exc, directory)  # before the partial files free their space
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise OSError(f"cannot write the checkpoint of epoch {epoch + 1} to {directory}: "
-                      f"{reason}; the earlier checkpoints are kept") from exc
-    os.rename(tmp, final)
-    _fsync(directory, os.O_RDONLY)
-    for stray in directory.glob(".ckpt-*.tmp"):  # left by a writer killed mid-write
-        shutil.rmtree(stray, ignore_errors=True)
-    for old in _numbers(directory)[:-KEEP]:
-        shutil.rmtree(directory / f"ckpt-{old:06d}", ignore_errors=True)
-    return final
+    """Write the checkpoint of the end of ``epoch`` now: ``net``'s parameters, ``trainer``'s
+    optimizer state (None when the servers hold it, as in ``dist_async``), the run's ``state``
+    and the callbacks' arrays (EarlyStopping's best weights). Returns its directory. (fit
+    writes through :class:`gluondist.snapshot.Writer`, in the background.)"""
+    return take(epoch, net, trainer, state, callback_arrays).write(directory)
 
 
-def _write(tmp: Path, epoch: int, net, trainer, state: RunState, callback_arrays) -> None:
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    net.save_parameters(str(tmp / PARAMS))
-    optimizer = _save_optimizer(trainer, tmp / STATES) if trainer is not None else None
-    if callback_arrays:
-        mx.nd.save(str(tmp / CALLBACKS), callback_arrays)
-    with open(tmp / STATE, "w") as f:
-        json.dump({"format": FORMAT, "epoch": epoch, "optimizer": optimizer, **asdict(state)}, f)
-    for path in tmp.iterdir():
-        _fsync(path, os.O_RDONLY)
-    _fsync(tmp, os.O_RDONLY)
-
-
-def _reason(exc: BaseException, directory: Path) -> str:
-    """What went wrong in words: MXNet's writer says only "FileStream.Write incomplete"."""
-    if getattr(exc, "errno", None) == errno.ENOSPC:
-        return "no space left on device"
-    try:
-        if shutil.disk_usage(directory).free < (1 << 20):
-            return "no space left on device"
-    except OSError:
-        pass
-    return getattr(exc, "strerror", None) or str(exc).strip().splitlines()[-1][:200]
+def take(epoch: int, net, trainer, state: RunState,
+         callback_arrays: Optional[dict] = None) -> Snapshot:
+    """A :class:`~gluondist.snapshot.Snapshot` of the run at the end of ``epoch`` or, when
+    ``state.batch`` is set, after that many of its batches."""
+    return Snapshot.take(epoch, state.batch, net, trainer,
+                         {"format": FORMAT, "epoch": epoch, **asdict(state)}, callback_arrays)
 
 
 def start_fresh(directory) -> None:
@@ -189,10 +167,10 @@ def start_fresh(directory) -> None:
         raise ValueError(f"{directory / RUN} is not a regular file; remove it")
     tmp = directory / f".{RUN}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
-        json.dump({"format": FORMAT, "first": _next_number(directory)}, f)
-    _fsync(tmp, os.O_RDONLY)
+        json.dump({"format": FORMAT, "first": next_number(directory)}, f)
+    fsync(tmp)
     os.replace(tmp, directory / RUN)
-    _fsync(directory, os.O_RDONLY)
+    fsync(directory)
 
 
 def load_latest(directory) -> Optional[Checkpoint]:
@@ -204,17 +182,17 @@ def load_latest(directory) -> Optional[Checkpoint]:
     for stale in sorted(directory.glob("epoch-*.ckpt")):
         log.warning("ignoring %s: a checkpoint of gluondist 0.1 (a pickle, never loaded); "
                     "delete it or use another checkpoint_dir", stale)
-    first = _first_of_run(directory)
-    for number in reversed(_numbers(directory)):
+    first = first_of_run(directory)
+    for number in reversed(numbers(directory)):
         if number < first:
             break
         path = directory / f"ckpt-{number:06d}"
         try:
-            state = _json(path / STATE)
+            state = read_json(path / STATE)
         except (OSError, ValueError, RecursionError):
             state = None  # named by _read below
         earlier = state.get("format") if isinstance(state, dict) else None
-        if isinstance(earlier, int) and not isinstance(earlier, bool) and 2 <= earlier < FORMAT:
+        if isinstance(earlier, int) and not isinstance(earlier, bool) and 2 <= earlier < READS[0]:
             raise ValueError(f"{path} was written by an earlier gluondist (checkpoint format "
                              f"{earlier}, whose per-epoch seeds differ, so it would not "
                              "resume exactly); pass resume=False to start a fresh run there")
@@ -255,32 +233,6 @@ def restore_trainer(ckpt: Checkpoint, trainer) -> None:
         updater.states_synced = dict.fromkeys(updater.states, False)  # moved to each device
 
 
-def _save_optimizer(trainer, path: Path) -> Optional[dict]:
-    if trainer._kvstore is not None and trainer._update_on_kvstore:
-        return None  # the servers hold the state (dist_async)
-    arrays: Dict[str, "mx.nd.NDArray"] = {}
-    states = {str(i): _flatten(s, str(i), arrays)
-              for i, s in (trainer._updaters[0].states.items() if trainer._updaters else ())}
-    if arrays:
-        mx.nd.save(str(path), arrays)
-    opt = trainer._optimizer
-    counts = opt._all_index_update_counts.get(trainer._contexts[0].device_id, {})
-    return {"type": type(opt).__name__, "num_update": opt.num_update, "states": states,
-            "arrays": bool(arrays), "update_counts": {str(i): c for i, c in counts.items()}}
-
-
-def _flatten(state, key: str, arrays: dict):
-    """A JSON tree for an updater state: null, {"array": name} or a list of trees."""
-    if state is None:
-        return None
-    if isinstance(state, mx.nd.NDArray):
-        arrays[key] = state
-        return {"array": key}
-    if isinstance(state, (tuple, list)):
-        return [_flatten(s, f"{key}.{j}", arrays) for j, s in enumerate(state)]
-    raise ValueError(f"cannot checkpoint an optimizer state of type {type(state).__name__}")
-
-
 def _unflatten(tree, arrays):
     if tree is None:
         return None
@@ -292,31 +244,20 @@ def _unflatten(tree, arrays):
 def _read(path: Path) -> Checkpoint:
     """Read and check one checkpoint directory; ValueError (or OSError, MXNetError) names what
     is wrong. Only regular files are opened: a FIFO planted there would block forever."""
-    state = _json(path / STATE)
+    state = read_json(path / STATE)
     _check_state(state)
-    params = mx.nd.load(str(_regular(path / PARAMS)))  # MXNet's binary format: never code
+    params = mx.nd.load(str(regular(path / PARAMS)))  # MXNet's binary format: never code
     if not isinstance(params, dict) or sorted([k, list(v.shape)] for k, v in params.items()) \
             != state["signature"]:
         raise ValueError(f"{PARAMS} does not hold the parameters {STATE} names")
     meta = state["optimizer"]
-    arrays = mx.nd.load(str(_regular(path / STATES))) if meta and meta["arrays"] else {}
-    callbacks = mx.nd.load(str(_regular(path / CALLBACKS))) if (path / CALLBACKS).exists() else {}
+    arrays = mx.nd.load(str(regular(path / STATES))) if meta and meta["arrays"] else {}
+    callbacks = mx.nd.load(str(regular(path / CALLBACKS))) if (path / CALLBACKS).exists() else {}
     if not isinstance(arrays, dict) or not isinstance(callbacks, dict):
         raise ValueError("its state arrays are not named")
     if meta and not _names(meta["states"]) <= set(arrays):
         raise ValueError(f"{STATES} lacks arrays that {STATE} names")
     return Checkpoint(path, state, params, arrays, callbacks)
-
-
-def _regular(path: Path) -> Path:
-    if not path.is_file():  # False for a FIFO, a directory, a missing file
-        raise ValueError(f"{path.name} is not a regular file")
-    return path
-
-
-def _json(path: Path):
-    with open(_regular(path)) as f:
-        return json.load(f)
 
 
 def _check_state(state) -> None:
@@ -325,7 +266,8 @@ def _check_state(state) -> None:
         if not ok:
             raise ValueError(f"{STATE} has no valid {what}")
 
-    need(isinstance(state, dict) and state.get("format") == FORMAT, f"format {FORMAT}")
+    need(isinstance(state, dict) and state.get("format") in READS,
+         f"format ({' or '.join(map(str, READS))})")
     need(_int(state.get("epoch"), 0, 10 ** 9), "epoch")
     RunState.validate(state, need)
     meta = state.get("optimizer")
@@ -368,33 +310,3 @@ def _names(tree) -> set:
     if tree is None:
         return set()
     raise ValueError(f"{STATE}: an optimizer state that is not an array: {tree!r}"[:200])
-
-
-def _first_of_run(directory: Path) -> int:
-    if not (directory / RUN).exists():
-        return 0
-    try:
-        first = _json(directory / RUN)["first"]
-        if not _int(first, 0, 10 ** 9):
-            raise ValueError(f"'first' is {first!r}, not a checkpoint number")
-        return first
-    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
-        log.warning("ignoring %s: %s", directory / RUN, exc)
-        return 0
-
-
-def _next_number(directory: Path) -> int:
-    numbers = _numbers(directory) if directory.is_dir() else []
-    return max([_first_of_run(directory) - 1, *numbers], default=-1) + 1
-
-
-def _numbers(directory: Path) -> List[int]:
-    return sorted(int(m.group(1)) for m in map(_NAME.match, os.listdir(directory)) if m)
-
-
-def _fsync(path: Path, flags: int) -> None:
-    fd = os.open(path, flags)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

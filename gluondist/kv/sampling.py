@@ -60,24 +60,29 @@ class ShardedBatchSampler:
             raise ValueError(f"{length} samples hold no full global batch of "
                              f"{self.global_batch_size}: with last_batch='discard' every epoch "
                              "would be empty; give a smaller batch_size, or last_batch='keep'")
-        self.epoch = 0
+        self.epoch, self.skip = 0, 0
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def set_epoch(self, epoch: int, skip: int = 0) -> None:
+        """Draw ``epoch``'s permutation; :meth:`batches` then starts after its first ``skip``
+        global batches (a run resumed mid-epoch, whatever the worker count now)."""
+        if not 0 <= skip <= len(self):
+            raise ValueError(f"skip must be in 0..{len(self)} (the epoch's batches), got {skip}")
+        self.epoch, self.skip = epoch, skip
 
     def __len__(self) -> int:
         n = self.length / self.global_batch_size
         return math.ceil(n) if self.last_batch == "keep" else int(n)
 
     def batches(self) -> Iterator[Tuple[np.ndarray, int]]:
-        """Yield ``(local_indices, global_batch_count)`` for each global batch of the epoch."""
+        """Yield ``(local_indices, global_batch_count)`` for each global batch of the epoch
+        (after the first ``skip`` of :meth:`set_epoch`)."""
         if self.shuffle:
             seed = derive_seed(self.seed, SHUFFLE, self.epoch)
             order = np.random.RandomState(seed).permutation(self.length)
         else:
             order = np.arange(self.length)
         gbs = self.global_batch_size
-        for start in range(0, len(self) * gbs, gbs):
+        for start in range(self.skip * gbs, len(self) * gbs, gbs):
             batch = order[start:start + gbs]
             if self.num_workers == 1:
                 yield batch, len(batch)

@@ -80,6 +80,12 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
                                update_on_kvstore=update_on_kvstore)
     if dist:
         _join(trainer, kv, update_on_kvstore, batch_size)
+    elif kv is not None and not any(p._deferred_init for p in trainer._params):
+        # MXNet would do this inside the first step, after that batch's forward: copying
+        # device 0's BatchNorm statistics over the others then, so a run resumed mid-epoch
+        # would differ from one that was not (the copy falls on another batch)
+        trainer._init_kvstore()
+        trainer._init_params()
     return trainer
 
 

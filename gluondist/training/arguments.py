@@ -210,8 +210,9 @@ class FitArgs:
         None, "`gluondist.Callback` instances; one of fit's own kinds (`ProgressBar`, "
               "`EpochLogger`, `History`, `Checkpointer`) replaces fit's.", _optional(_callbacks))
     checkpoint_dir: Optional[PathLike] = _arg(
-        None, "Worker 0 writes a checkpoint there after every epoch: a directory every worker "
-              "sees.", _optional(_path))
+        None, "Worker 0 writes a checkpoint there after every epoch (and every "
+              "`checkpoint_every` steps), in the background: a directory every worker sees.",
+        _optional(_path))
     resume: bool = _arg(
         True, "Continue after the newest complete checkpoint in `checkpoint_dir`; False: start "
               "a fresh run there.", _flag)
@@ -250,6 +251,11 @@ class FitArgs:
               "bytes both ways), `'2bit'` or `{'type': '2bit', 'threshold': t}` (MXNet's, "
               "pushes 16x smaller); see [Compression](fit.md#compression).",
         lambda value, name: cmp.parse(value, name))
+    checkpoint_every: Optional[int] = _arg(
+        None, "N: also checkpoint every N optimizer steps, counted over the run, so that a "
+              "resume continues mid-epoch and an elastic job resizes at the next such "
+              "checkpoint (needs `checkpoint_dir`; not under `dist_async`); see "
+              "[Long jobs](long-jobs.md).", _optional(_count(1)))
 
     def __post_init__(self):
         for f in fields(self):

@@ -22,15 +22,18 @@ class Callback:
     """Override any hook. ``run`` is the training run: ``run.net``, ``run.trainer``,
     ``run.history``, ``run.epoch``, ``run.epochs``, ``run.start`` (the first epoch this call
     trains), ``run.steps`` (batches per epoch), ``run.rank``, ``run.num_workers``, ``run.seed``,
+    ``run.start_batch`` (after a resume from a checkpoint within epoch ``run.start``, the
+    batches of it trained before: its first ``on_batch_end`` has that batch index),
     ``run.mode`` (the kvstore's :class:`~gluondist.kv.kinds.Mode`, None without one), ``run.agree``
     (the workers step together), ``run.updates_on_servers`` (``dist_async``),
     ``run.callbacks``, ``run.global_batch`` (samples per step over all workers: an elastic
     job keeps its first start's), and ``run.stop_training``, which a callback sets to True to
     stop. Training then stops at the end of the current epoch (in a job, once all workers have
     finished it), so the checkpoint of that epoch is complete and a later fit resumes exactly.
-    ``run.resizing`` is True at an epoch's end when the workers agreed to stop there for the
-    launcher to grow the job (gluondist.elastic): fit then ends the process after the
-    epoch's checkpoint, and the job resumes from it with more workers.
+    ``run.resizing`` is True at an epoch's end (or a ``checkpoint_every`` checkpoint) when the
+    workers agreed to stop there for the launcher to grow the job (gluondist.elastic): fit
+    then ends the process after that checkpoint, and the job resumes from it with more
+    workers.
 
     A callback whose state should survive a resume (as EarlyStopping's does) returns it from
     ``state_dict()`` as JSON-serialisable data and takes it back in ``load_state_dict()``."""
@@ -238,7 +241,8 @@ class ProgressBar(Callback):
         self.bar = None
         if run.rank == 0:
             from tqdm.auto import tqdm
-            self.bar = tqdm(total=run.steps, desc=f"epoch {epoch + 1}/{run.epochs}", leave=True)
+            self.bar = tqdm(total=run.steps, desc=f"epoch {epoch + 1}/{run.epochs}", leave=True,
+                            initial=run.start_batch if epoch == run.start else 0)
 
     def on_batch_end(self, run, batch, logs):
         if self.bar is not None:
@@ -269,30 +273,57 @@ class EpochLogger(Callback):
 
 
 class Checkpointer(Callback):
-    """After every epoch, worker 0 writes a checkpoint to ``directory`` (see
-    :mod:`gluondist.checkpoint`): parameters, optimizer state, history, RNG and callback
-    states; in a job the other workers wait for it to be complete (in ``dist_async`` once,
-    when fit ends). fit adds one for ``checkpoint_dir`` and resumes from it, or from the
-    directory of the one you pass."""
+    """After every epoch (and every ``checkpoint_every`` steps of fit), worker 0 writes a
+    checkpoint to ``directory`` (see :mod:`gluondist.checkpoint`): parameters, optimizer
+    state, history, RNG and callback states. The step takes host copies and training goes on
+    while a thread writes them (:class:`gluondist.snapshot.Writer`: one write at a time, a
+    failed write raised at the next step). When fit ends, the last write is complete on every
+    worker's return (in a job the others wait for worker 0's). fit adds one for
+    ``checkpoint_dir`` and resumes from it, or from the directory of the one you pass."""
 
     def __init__(self, directory):
         self.directory = directory
+        self._writer = None
+
+    def on_train_begin(self, run):
+        from ..snapshot import Writer
+        self._writer = Writer(self.directory) if run.rank == 0 else None
+
+    def save(self, run, epoch: int, batch: Optional[int] = None, sums=None) -> None:
+        """Checkpoint the end of ``epoch`` or, with ``batch``, its first ``batch`` batches
+        (``sums``: the epoch's running sums so far, see RunState)."""
+        from .. import checkpoint
+        if self._writer is not None:
+            trainer = None if run.updates_on_servers else run.trainer  # the servers hold it
+            state = checkpoint.RunState.capture(run, batch, sums)
+            self._writer.submit(checkpoint.take(epoch, run.net, trainer, state,
+                                                run.callbacks.state_arrays()))
+
+    def raise_failed(self) -> None:
+        """Raise the error of a background write that failed (fit asks at every step)."""
+        if self._writer is not None:
+            self._writer.raise_failed()
 
     def on_epoch_end(self, run, epoch, logs):
-        from .. import checkpoint, kvstore
-        if run.rank == 0:
-            trainer = None if run.updates_on_servers else run.trainer  # the servers hold it
-            checkpoint.save(self.directory, epoch, run.net, trainer,
-                            checkpoint.RunState.capture(run), run.callbacks.state_arrays())
-        if run.agree:  # no worker reads the directory (a next fit) before it is complete
-            kvstore.barrier()
+        self.save(run, epoch)
 
     def on_train_end(self, run):
-        # dist_async workers may stop at different epochs (each decides alone): they meet once,
-        # when fit ends, so that a next fit finds rank 0's last checkpoint on every worker
-        if run.updates_on_servers:
+        if self._writer is not None:
+            self._writer.drain()
+        # no worker reads the directory (a next fit) before worker 0's last write is complete;
+        # dist_async workers, which stop at different epochs, meet here too
+        if run.agree or run.updates_on_servers:
             from .. import kvstore
             kvstore.barrier()
+
+    def on_exception(self, run, exc):
+        # the checkpoint being written is completed (a resize's exit, an error, Ctrl-C alike):
+        # it is the one the next start resumes from
+        if self._writer is not None:
+            try:
+                self._writer.drain()
+            except Exception as failed:
+                log.error("%s", failed)
 
 
 class StopAgreement(Callback):

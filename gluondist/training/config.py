@@ -62,6 +62,7 @@ def prepare(args: FitArgs) -> FitConfig:
     optimizer, opt_params, clip = own_optimizer(args.optimizer, args.optimizer_params)
     callbacks = list(args.callbacks or [])
     checkpoint_dir = checkpoint_dir_of(args.checkpoint_dir, callbacks)
+    _check_every(args.checkpoint_every, checkpoint_dir, mode)
     if args.seed is not None:
         seed_all(args.seed)
     model, ctxs = layout.prepare(args, ctxs, train, batch_size)
@@ -132,6 +133,18 @@ def _dry_run(opt) -> None:
     weight, grad = mx.nd.ones((2,)), mx.nd.ones((2,))
     opt.update_multi_precision(0, weight, grad, opt.create_state_multi_precision(0, weight))
     weight.wait_to_read()
+
+
+def _check_every(every: Optional[int], checkpoint_dir: Optional[str], mode: Optional[Mode]):
+    if every is None:
+        return
+    if checkpoint_dir is None:
+        raise ValueError(f"checkpoint_every={every} needs a checkpoint_dir to write the "
+                         "checkpoints to; pass checkpoint_dir= (a directory every worker sees)")
+    if mode is not None and mode.updates_on_servers:
+        raise ValueError(f"checkpoint_every needs workers that step together, but under "
+                         f"{mode} each worker is at its own step; use dist_sync, or "
+                         "leave checkpoint_every out (a checkpoint after each epoch)")
 
 
 def checkpoint_dir_of(checkpoint_dir, callbacks: List[Callback]) -> Optional[str]:

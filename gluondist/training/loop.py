@@ -45,7 +45,8 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
         loss_weights: Optional[Sequence[float]] = None,
         class_weight: Optional[Dict[int, float]] = None, parallel: str = "data",
         micro_batches: int = 1, stages: Optional[Sequence[int]] = None,
-        compression: Union[None, str, dict] = None) -> History:
+        compression: Union[None, str, dict] = None,
+        checkpoint_every: Optional[int] = None) -> History:
     """Train ``net`` and return a :class:`~gluondist.training.callbacks.History`.
 
     ``train_data``/``val_data``: an ``(X, y)`` tuple of numpy arrays or NDArrays, a
@@ -60,8 +61,10 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
     there is no global gradient at step time, each worker's own gradient before it is pushed).
 
     ``checkpoint_dir``: after each epoch worker 0 writes a checkpoint (see
-    :mod:`gluondist.checkpoint`); with ``resume`` a later call continues after the last complete
-    epoch (saying so in one line), and ``resume=False`` starts a fresh run there. ``seed`` makes
+    :mod:`gluondist.checkpoint`), and every ``checkpoint_every`` optimizer steps if given,
+    while training goes on; with ``resume`` a later call continues from the newest (saying
+    in one line from which epoch and batch), and ``resume=False`` starts a fresh run there.
+    An elastic job resizes at the next checkpoint (docs/long-jobs.md). ``seed`` makes
     the run reproducible. ``progress``: True a bar, False nothing, None (the default) a bar in
     a terminal or notebook, else one line per epoch: logged at INFO on the ``gluondist`` logger,
     and on stderr too when logging would not show it (worker 0 only). ``epochs=0`` trains
@@ -87,8 +90,8 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
     loop = start(prepare(FitArgs(**locals())))  # locals(): the arguments, and only them here
     run = loop.run
     try:
-        _epochs(loop)
-        _grow_if_asked(run)
+        mid_epoch = _epochs(loop)
+        _grow_if_asked(run, mid_epoch)
     except BaseException as exc:  # Ctrl-C included: callbacks close what they opened
         run.callbacks.on_exception(run, exc)
         raise
@@ -97,24 +100,30 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
     return run.history
 
 
-def _grow_if_asked(run) -> None:
-    """The launcher of an elastic job asked for more workers: the epoch's checkpoint is
-    written, so leave (elastic.EXIT) and the launcher starts the job again, larger; after the
-    last epoch there is nothing to grow for."""
-    if run.resizing and not run.stop_training and run.epoch + 1 < run.epochs:
+def _grow_if_asked(run, mid_epoch: Optional[int]) -> None:
+    """The launcher of an elastic job asked for more workers: the checkpoint of the epoch (or
+    of its first ``mid_epoch`` batches) is taken, so leave (elastic.EXIT; the write is
+    completed first) and the launcher starts the job again, larger; after the last epoch
+    there is nothing to grow for."""
+    if run.resizing and not run.stop_training and (mid_epoch or run.epoch + 1 < run.epochs):
         if run.rank == 0:
-            say(log, f"fit: stopping after epoch {run.epoch + 1}'s checkpoint: the launcher "
+            where = f"epoch {run.epoch + 1}" + (f", batch {mid_epoch}" if mid_epoch else "")
+            say(log, f"fit: stopping after the checkpoint of {where}: the launcher "
                      "adds workers and resumes")
         raise SystemExit(elastic.EXIT)
 
 
-def _epochs(loop: LoopState) -> None:
+def _epochs(loop: LoopState) -> Optional[int]:
+    """Train the epochs; returns the batches of the last one trained when the workers stopped
+    at a step checkpoint to resize the job (None otherwise)."""
     run, args = loop.run, loop.config.args
     run.callbacks.on_train_begin(run)  # may stop at once (a resumed run that had ended)
     for epoch in range(run.start, run.epochs if not run.stop_training else run.start):
         run.epoch = epoch
         run.callbacks.on_epoch_begin(run, epoch)
         logs = _train_epoch(loop, epoch)
+        if isinstance(logs, int):
+            return logs
         loop.step.average_untrained()  # BatchNorm statistics: one value on every copy
         if args.terminate_on_nan:
             _check_parameters(loop)
@@ -123,16 +132,25 @@ def _epochs(loop: LoopState) -> None:
         run.callbacks.on_epoch_end(run, epoch, logs)
         if run.stop_training or run.resizing:
             break
+    return None
 
 
-def _train_epoch(loop: LoopState, epoch: int) -> dict:
-    """One pass over this worker's share of the training data; returns the epoch's logs."""
+def _seed_mxnet(run: Run, epoch: int, done: int = 0) -> None:
+    """MXNet's seed set anew every epoch and at every step checkpoint, so that dropout and
+    friends replay alike after a resume."""
+    path = (epoch, run.rank, done) if done else (epoch, run.rank)
+    mx.random.seed(derive_seed(run.seed, MXNET, *path))
+
+
+def _train_epoch(loop: LoopState, epoch: int) -> Union[dict, int]:
+    """One pass over this worker's share of the training data; returns the epoch's logs, or
+    the batches trained when the workers stopped at a step checkpoint to resize the job."""
     run, cfg = loop.run, loop.config
     started = time.perf_counter()
-    loop.sampler.set_epoch(epoch)
-    # MXNet's seed set anew every epoch, so dropout and friends replay alike after a resume
-    mx.random.seed(derive_seed(run.seed, MXNET, epoch, run.rank))
-    tally = Tally(cfg.objective)
+    skip = run.start_batch if epoch == run.start else 0  # resumed from a step checkpoint
+    loop.sampler.set_epoch(epoch, skip)
+    _seed_mxnet(run, epoch, skip)
+    tally = Tally(cfg.objective, loop.resumed_sums if skip else None)
     # A worker of a job checks each batch before its push, so no other worker ever receives
     # the NaN; one process reads the losses of several batches at once, without stalling.
     watch = _NanWatch(run, every=1 if loop.step.distributed else NAN_READ_EVERY) \
@@ -140,7 +158,9 @@ def _train_epoch(loop: LoopState, epoch: int) -> dict:
     hooks, clock = run.callbacks.batch_hooks, timing.EpochClock(run.steps)
     source = cfg.train.epoch(loop.sampler, cfg.ctxs)
     with closing(source):  # an error stops its thread
-        samples = _train_batches(loop, clock.waiting(source), tally, watch, clock, hooks)
+        samples = _train_batches(loop, clock.waiting(source), tally, watch, clock, hooks, skip)
+    if samples < 0:
+        return -samples
     if watch is not None:
         watch.check()
     loop.step.flush()  # a last, partial accumulation
@@ -157,11 +177,13 @@ def _train_epoch(loop: LoopState, epoch: int) -> dict:
     return logs
 
 
-def _train_batches(loop: LoopState, batches, tally, watch, clock, hooks) -> int:
-    """Train on each batch of the epoch; returns the number of samples (of all workers)."""
-    run, cfg, step = loop.run, loop.config, loop.step
+def _train_batches(loop: LoopState, batches, tally, watch, clock, hooks, skip: int) -> int:
+    """Train on each batch of the epoch after its first ``skip``; returns the number of
+    samples (of all workers), or minus the batches done when the workers stopped at a step
+    checkpoint to resize the job."""
+    run, cfg, step, saver = loop.run, loop.config, loop.step, loop.checkpointer
     samples = 0
-    for batch, (n, global_count, data, targets) in enumerate(batches):
+    for batch, (n, global_count, data, targets) in enumerate(batches, start=skip):
         timed = clock.sample(batch)
         outputs, losses = parallel.forward_backward(cfg.model, cfg.objective, data, targets,
                                                     cfg.ctxs, step.loss_scale(n))
@@ -174,7 +196,30 @@ def _train_batches(loop: LoopState, batches, tally, watch, clock, hooks) -> int:
         samples += global_count
         if hooks:
             run.callbacks.on_batch_end(run, batch, _BatchLogs(batch, n, batch_sums))
+        if saver is not None:
+            saver.raise_failed()  # a background write that failed stops training here
+            if loop.checkpoint_due(run.epoch, batch + 1) and \
+                    _step_checkpoint(loop, tally, watch, batch + 1):
+                return -(batch + 1)
     return samples
+
+
+def _step_checkpoint(loop: LoopState, tally: Tally, watch, done: int) -> bool:
+    """Checkpoint the epoch's first ``done`` batches; returns whether the workers agreed to
+    stop there to resize the job. Every worker does the same, so an uninterrupted run and
+    one resumed here compute alike: the NaN check, BatchNorm's statistics made one value,
+    the epoch's sums so far folded over the workers, MXNet's seed set anew."""
+    run = loop.run
+    if watch is not None:
+        watch.check()
+    loop.step.average_untrained()
+    if loop.config.args.terminate_on_nan:
+        _check_parameters(loop)
+    sums = tally.carry(kvs.allreduce if run.agree else None)
+    run.resizing = elastic.agreed()
+    _seed_mxnet(run, run.epoch, done)
+    loop.checkpointer.save(run, run.epoch, done, sums)
+    return run.resizing
 
 
 def _evaluate(loop: LoopState) -> dict:

@@ -269,18 +269,31 @@ def check(metric_list: List[Metric], labels, preds, source: str) -> None:
             m.reset()
 
 
+def flat(pairs: Dict[str, Tuple[float, float]], metric_list: List[Metric]) -> List[float]:
+    """The sums and counts of :func:`reduce`, in its order, as one list."""
+    return [float(x) for _, pair in _named(pairs, metric_list) for x in pair]
+
+
+def _named(pairs, metric_list):
+    return list(pairs.items()) + [(m.name, m.sums()) for m in metric_list]
+
+
 def reduce(pairs: Dict[str, Tuple[float, float]], metric_list: List[Metric],
-           allreduce=None) -> Dict[str, float]:
+           allreduce=None, carried: Optional[Sequence[float]] = None) -> Dict[str, float]:
     """``{name: value}`` from per-process ``(sum, count)`` pairs (the loss first) and the
-    metrics, summed over workers by ``allreduce`` (a function on a list of floats) if given."""
-    named = list(pairs.items()) + [(m.name, m.sums()) for m in metric_list]
-    flat = [x for _, pair in named for x in pair]
+    metrics, summed over workers by ``allreduce`` (a function on a list of floats) if given,
+    plus ``carried``: the sums of an earlier part of the pass (see :func:`flat`)."""
+    named = _named(pairs, metric_list)
+    values = flat(pairs, metric_list)
     if allreduce is not None:
-        flat = list(allreduce(flat))
+        values = list(allreduce(values))
+    if carried is not None:
+        values = [a + b for a, b in zip(values, carried)]
+    flat_values = values
     value = {m.name: m.value for m in metric_list}
     out: Dict[str, float] = {}
     for i, (name, _) in enumerate(named):
-        total, count = flat[2 * i], flat[2 * i + 1]
+        total, count = flat_values[2 * i], flat_values[2 * i + 1]
         out[name] = value[name](total, count) if name in value else \
             (total / count if count else float("nan"))
     return out

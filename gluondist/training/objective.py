@@ -80,8 +80,9 @@ class Tally:
     """One pass's exact sums: the loss (weighted total and per output), the sample count (or
     weight sum) and the metrics, on the devices until :meth:`logs` reads them."""
 
-    def __init__(self, objective: Objective):
+    def __init__(self, objective: Objective, carried: Optional[List[float]] = None):
         self.objective = objective
+        self.carried = carried  # the sums of the pass before its last step checkpoint
         self.reset()
 
     def reset(self) -> None:
@@ -117,13 +118,29 @@ class Tally:
                 m.update(labels, outs, weights)
         return batch
 
-    def logs(self, allreduce=None) -> Dict[str, float]:
+    def _sums(self):
         count = self.count + self.weight.total()
         pairs = {"loss": (self.loss.total(), count)}
         if self.objective.several:
             pairs.update({f"out{j}_loss": (s.total(), count) for j, s in enumerate(self.per)})
-        flat_metrics = [m for ms in self.objective.metrics for m in ms]
-        return mtr.reduce(pairs, flat_metrics, allreduce)
+        return pairs, [m for ms in self.objective.metrics for m in ms]
+
+    def logs(self, allreduce=None) -> Dict[str, float]:
+        return mtr.reduce(*self._sums(), allreduce, self.carried)
+
+    def carry(self, allreduce=None) -> List[float]:
+        """At a step checkpoint: fold the sums so far (over all workers with ``allreduce``)
+        into ``carried`` and start the device sums again; returns ``carried``, which the
+        checkpoint keeps and a resumed pass starts from. An uninterrupted pass does the same,
+        so both add the same numbers in the same order."""
+        values = mtr.flat(*self._sums())
+        if allreduce is not None:
+            values = [float(v) for v in allreduce(values)]
+        if self.carried is not None:
+            values = [a + b for a, b in zip(values, self.carried)]
+        self.carried = values
+        self.reset()
+        return values
 
 
 def check_float32(net) -> None:

@@ -34,7 +34,7 @@ class Run:
     history: History
     callbacks: CallbackList
     epochs: int
-    start: int  # the first epoch this call trains (after a resume, the one after the checkpoint)
+    start: int  # the first epoch this call trains (after a resume, the checkpoint's next)
     steps: int  # batches per epoch on every worker
     rank: int
     num_workers: int
@@ -43,10 +43,12 @@ class Run:
     # samples per step over all workers: batch_size x num_workers at the run's first start,
     # kept when an elastic job resumes with another worker count
     global_batch: int = 0
+    # a run resumed from a checkpoint within epoch ``start``: the batches of it already trained
+    start_batch: int = 0
     epoch: int = field(init=False)
     stop_training: bool = False  # a callback sets it to stop at the end of the epoch
-    # the workers agreed to stop at this epoch's end for the launcher to resize the job
-    # (gluondist.elastic): fit then leaves the process, after the checkpoint
+    # the workers agreed to stop at this epoch's end (or step checkpoint) for the launcher to
+    # resize the job (gluondist.elastic): fit then leaves the process, after the checkpoint
     resizing: bool = False
 
     def __post_init__(self):
@@ -72,6 +74,18 @@ class LoopState:
     run: Run
     step: kvs.TrainStep  # one optimizer step per batch, whatever the kvstore mode
     sampler: kvs.ShardedBatchSampler  # this worker's share of every global batch
+    checkpointer: Optional[Checkpointer] = None  # the one writing checkpoint_dir, if any
+    resumed_sums: Optional[list] = None  # the epoch's sums at the step checkpoint resumed
+
+    def checkpoint_due(self, epoch: int, done: int) -> bool:
+        """Whether a step checkpoint falls after ``done`` batches of ``epoch``: on an update
+        boundary, every ``checkpoint_every`` updates counted over the run, not at the epoch's
+        end (which has its own)."""
+        every, k = self.config.args.checkpoint_every, self.config.args.accumulate
+        if every is None or done % k or done >= self.run.steps:
+            return False
+        updates = epoch * -(-self.run.steps // k) + done // k  # a partial last one counts
+        return updates % every == 0
 
 
 def start(cfg: FitConfig) -> LoopState:
@@ -84,13 +98,14 @@ def start(cfg: FitConfig) -> LoopState:
     rank, workers = (kv.rank, kv.num_workers) if distributed else (0, 1)
     if seed is None:
         seed = _job_seed() if distributed else random.SystemRandom().randrange(SEEDS)
-    start = ckpt.epoch + 1 if ckpt is not None else 0
+    start = (ckpt.epoch + (ckpt.batch is None)) if ckpt is not None else 0
+    start_batch = (ckpt.batch or 0) if ckpt is not None else 0
     trainer = cfg.layout.make_trainer(cfg.model, cfg.optimizer, cfg.opt_params or None, kv,
                                       cfg.copies, cfg.batch_size * args.accumulate,
                                       compression=args.compression)
     step = kvs.TrainStep(trainer, kv, ctxs, cfg.batch_size, cfg.clip, args.accumulate)
     if step.agree:
-        _agree(cfg, start)
+        _agree(cfg, start, start_batch)
     callbacks = _callback_list(cfg)
     # an elastic job's restart keeps the global batch of the run's first start
     global_batch = (ckpt.state.global_batch if ckpt is not None else None) or \
@@ -101,7 +116,7 @@ def start(cfg: FitConfig) -> LoopState:
     run = Run(net=args.net, trainer=trainer, history=callbacks.first(History),
               callbacks=callbacks, epochs=args.epochs, start=start, steps=len(sampler),
               rank=rank, num_workers=workers, seed=seed, mode=cfg.mode,
-              global_batch=global_batch)
+              global_batch=global_batch, start_batch=start_batch)
     if ckpt is not None:
         checkpoint.restore_trainer(ckpt, trainer)
         ckpt.state.apply(run, ckpt.callback_arrays)
@@ -109,7 +124,9 @@ def start(cfg: FitConfig) -> LoopState:
         _announce(run, cfg.checkpoint_dir if ckpt is not None else None)
         if ckpt is not None:
             _batch_note(ckpt.state.global_batch, cfg.batch_size, workers, global_batch)
-    return LoopState(config=cfg, run=run, step=step, sampler=sampler)
+    return LoopState(config=cfg, run=run, step=step, sampler=sampler,
+                     checkpointer=callbacks.first(Checkpointer),
+                     resumed_sums=ckpt.state.sums if ckpt is not None else None)
 
 
 def _announce(run: Run, resumed_from: Optional[str]) -> None:
@@ -118,6 +135,9 @@ def _announce(run: Run, resumed_from: Optional[str]) -> None:
     if resumed_from is None:
         if run.epochs == 0:
             say(log, "fit: epochs=0: nothing to train (the History returned is empty)")
+    elif run.start_batch:
+        say(log, f"fit: resuming from {resumed_from} in epoch {run.start + 1} of {run.epochs}, "
+                 f"after its batch {run.start_batch} of {run.steps} (resume=False starts over)")
     elif run.start < run.epochs:
         say(log, f"fit: resuming from {resumed_from} after epoch {run.start} of {run.epochs} "
                  "(resume=False starts over)")
@@ -138,7 +158,7 @@ def _batch_note(saved: Optional[int], batch_size: int, workers: int, used: int) 
                  f"{used} (batch_size x workers at its first start), not {batch_size} each")
 
 
-def _agree(cfg: FitConfig, start: int) -> None:
+def _agree(cfg: FitConfig, start: int, start_batch: int) -> None:
     """Fail on every worker of a dist_sync job, before any batch, when the workers would run
     different numbers of batches (they would hang in push) or resume different epochs."""
     differ = differences({"train_data samples": len(cfg.train),
@@ -150,6 +170,7 @@ def _agree(cfg: FitConfig, start: int) -> None:
     last = {"keep": 0, "discard": 1}
     differ = differences({"batch_size": cfg.batch_size, "val batch size": cfg.val_batch,
                           "epochs": cfg.args.epochs, "accumulate": cfg.args.accumulate,
+                          "checkpoint_every (-1: none)": cfg.args.checkpoint_every or -1,
                           "seed (-1: none)": -1 if cfg.args.seed is None else cfg.args.seed,
                           "last_batch (0: keep, 1: discard)": last[cfg.train.last_batch],
                           "val last_batch (0: keep, 1: discard)":
@@ -158,7 +179,7 @@ def _agree(cfg: FitConfig, start: int) -> None:
     if differ:
         raise ValueError(f"the workers called fit with different settings ({differ}); every "
                          "worker must make the same fit call")
-    if differences({"resumed epoch": start}):
+    if differences({"resumed epoch": start, "resumed batch": start_batch}):
         raise RuntimeError("workers found different checkpoints in checkpoint_dir: it must "
                            "be one directory that every worker sees (a shared filesystem)")
 

@@ -15,7 +15,7 @@ import pytest
 import gluondist
 from gluondist import Callback, checkpoint, Checkpointer, CSVLogger, EarlyStopping
 
-from conftest import fit_mlp, mlp, param_sum, rel_diff
+from conftest import fit_mlp, mlp, param_sum, rel_diff, wait_until
 from fits import Feed, Interrupt, fit_on, same_params
 
 
@@ -301,7 +301,8 @@ def test_fifos_deep_json_and_odd_run_files_never_hang_or_crash(small, tmp_path, 
 def test_a_full_disk_names_the_checkpoint_and_keeps_the_earlier_ones(small, small_disk):
     class Fill(Callback):  # the disk fills up after the first checkpoint
         def on_epoch_begin(self, run, epoch):
-            if epoch == 1:
+            if epoch == 1:  # once the first one's background write is complete
+                wait_until(lambda: (ckpt / "ckpt-000000").is_dir(), message="the first checkpoint")
                 try:
                     with open(small_disk / "filler", "wb") as f:
                         f.write(b"\0" * (1 << 20))  # more than the disk holds

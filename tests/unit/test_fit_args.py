@@ -45,6 +45,7 @@ BAD = {
                     r"\[3, 6\], not '3'$"),
     "compression": ("3bit", r"^compression must be None, 'fp16', '2bit' or \{'type': '2bit', "
                             r"'threshold': T\}, not '3bit'$"),
+    "checkpoint_every": (0, r"^checkpoint_every must be a positive integer, not 0$"),
 }
 
 

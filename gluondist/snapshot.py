@@ -1,0 +1,228 @@
+"""Writing checkpoints (the layout is :mod:`gluondist.checkpoint`'s): a :class:`Snapshot` of
+host copies taken at one step, written atomically, and the :class:`Writer` that writes them in
+a thread while training goes on.
+
+:meth:`Snapshot.take` only queues copies in MXNet's engine, ordered before the next step's
+writes to the same arrays, so the step after it trains at once; the copies are what a write
+reads. A write goes into ``.ckpt-000007.<pid>.tmp/``, every file flushed to disk, then the
+directory is renamed into place: a process killed at any moment leaves every earlier
+checkpoint intact.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from ._mx import mx
+
+log = logging.getLogger(__name__)
+
+KEEP = 2  # the newest checkpoints kept; older ones are removed after each write
+PARAMS, STATES, STATE, RUN = "net.params", "trainer.states", "state.json", "run.json"
+CALLBACKS = "callbacks.params"
+_NAME = re.compile(r"^ckpt-(\d{6,})$")
+
+
+class Snapshot:
+    """What one checkpoint holds, as host copies: ``params`` (as ``net.save_parameters``
+    writes them), the optimizer's arrays and its part of state.json (``optimizer``, None when
+    the servers hold it), the callbacks' arrays, and state.json's text (``state``: a dict
+    turned into text when taken, so later changes to the run do not reach it), of the end of
+    ``epoch`` (0-based) or, with ``batch``, of its first ``batch`` batches."""
+
+    def __init__(self, epoch: int, batch: Optional[int], params: dict,
+                 optimizer: Optional[dict], arrays: dict, callback_arrays: dict, state: dict):
+        self.epoch, self.batch, self.params, self.optimizer = epoch, batch, params, optimizer
+        self.arrays, self.callback_arrays = arrays, callback_arrays
+        self.state = json.dumps({**state, "optimizer": optimizer})
+
+    @classmethod
+    def take(cls, epoch: int, batch: Optional[int], net, trainer, state: dict,
+             callback_arrays: Optional[dict] = None) -> "Snapshot":
+        """Copies of ``net``'s parameters (each the mean of its device copies, on the CPU),
+        of ``trainer``'s optimizer state (None: the servers hold it, as in ``dist_async``) and
+        of ``callback_arrays``."""
+        params = {name: p._reduce() for name, p in net._collect_params_with_prefix().items()}
+        arrays: Dict[str, "mx.nd.NDArray"] = {}
+        optimizer = _optimizer(trainer, arrays) if trainer is not None else None
+        copies = {k: a.copyto(mx.cpu()) for k, a in (callback_arrays or {}).items()}
+        return cls(epoch, batch, params, optimizer, arrays, copies, state)
+
+    @property
+    def where(self) -> str:
+        """``epoch 3`` or ``epoch 3, batch 40``, counted from 1 as fit's lines are."""
+        return f"epoch {self.epoch + 1}" + (f", batch {self.batch}" if self.batch else "")
+
+    def write(self, directory) -> Path:
+        """Write it as the next checkpoint of ``directory``, prune the old ones; returns its
+        directory. OSError names what went wrong in one line (a full disk, say)."""
+        directory = Path(directory)
+        final = directory / f"ckpt-{next_number(directory):06d}"
+        tmp = directory / f".{final.name}.{os.getpid()}.tmp"
+        try:
+            self._files(tmp)
+        except (OSError, mx.base.MXNetError) as exc:  # a full disk, a quota, an I/O error
+            reason = _reason(exc, directory)  # before the partial files free their space
+            shutil.rmtree(tmp, ignore_errors=True)
+            after = f", batch {self.batch}" if self.batch else ""
+            raise OSError(f"cannot write the checkpoint of epoch {self.epoch + 1}{after} to "
+                          f"{directory}: "
+                          f"{reason}; the earlier checkpoints are kept") from exc
+        os.rename(tmp, final)
+        fsync(directory)
+        for stray in directory.glob(".ckpt-*.tmp"):  # left by a writer killed mid-write
+            shutil.rmtree(stray, ignore_errors=True)
+        for old in numbers(directory)[:-KEEP]:
+            shutil.rmtree(directory / f"ckpt-{old:06d}", ignore_errors=True)
+        return final
+
+    def _files(self, tmp: Path) -> None:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        mx.nd.save(str(tmp / PARAMS), self.params)
+        if self.arrays:
+            mx.nd.save(str(tmp / STATES), self.arrays)
+        if self.callback_arrays:
+            mx.nd.save(str(tmp / CALLBACKS), self.callback_arrays)
+        with open(tmp / STATE, "w") as f:
+            f.write(self.state)
+        for path in tmp.iterdir():
+            fsync(path)
+        fsync(tmp)
+
+
+class Writer:
+    """Writes snapshots to ``directory``, at most one at a time, in a thread of its own.
+
+    :meth:`submit` waits for the write before it if that one is still running (saying so
+    once per Writer); a write that failed is raised by the next :meth:`raise_failed`,
+    :meth:`submit` or :meth:`drain`, never lost. The thread is not a daemon: a process that
+    ends normally finishes its last write first."""
+
+    def __init__(self, directory):
+        self.directory = directory
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
+        self._said = False
+        self.waited = 0.0  # seconds submit() spent waiting for the write before
+
+    def submit(self, snapshot: Snapshot) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            if not self._said:
+                self._said = True
+                log.warning("fit: the checkpoint of %s waits for the one before it, still being "
+                            "written (writes take longer than the steps between checkpoints: "
+                            "raise checkpoint_every)", snapshot.where)
+            started = time.perf_counter()
+            self._thread.join()
+            self.waited += time.perf_counter() - started
+        self.raise_failed()
+        self._thread = threading.Thread(target=self._write, args=(snapshot,),
+                                        name="gluondist-checkpoint")
+        self._thread.start()
+
+    def _write(self, snapshot: Snapshot) -> None:
+        try:
+            snapshot.write(self.directory)
+        except BaseException as exc:  # raised in the training thread (raise_failed)
+            self._error = exc
+
+    def raise_failed(self) -> None:
+        """Raise the error of a write that failed (once)."""
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def drain(self) -> None:
+        """Wait for the write in flight; raise its error if it failed."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.raise_failed()
+
+
+def _optimizer(trainer, arrays: dict) -> Optional[dict]:
+    """The optimizer's part of state.json, its state arrays copied into ``arrays``."""
+    if trainer._kvstore is not None and trainer._update_on_kvstore:
+        return None  # the servers hold the state (dist_async)
+    states = {str(i): _flatten(s, str(i), arrays)
+              for i, s in (trainer._updaters[0].states.items() if trainer._updaters else ())}
+    opt = trainer._optimizer
+    counts = opt._all_index_update_counts.get(trainer._contexts[0].device_id, {})
+    return {"type": type(opt).__name__, "num_update": opt.num_update, "states": states,
+            "arrays": bool(arrays), "update_counts": {str(i): c for i, c in counts.items()}}
+
+
+def _flatten(state, key: str, arrays: dict):
+    """A JSON tree for an updater state: null, {"array": name} or a list of trees."""
+    if state is None:
+        return None
+    if isinstance(state, mx.nd.NDArray):
+        arrays[key] = state.copyto(mx.cpu())
+        return {"array": key}
+    if isinstance(state, (tuple, list)):
+        return [_flatten(s, f"{key}.{j}", arrays) for j, s in enumerate(state)]
+    raise ValueError(f"cannot checkpoint an optimizer state of type {type(state).__name__}")
+
+
+def _reason(exc: BaseException, directory: Path) -> str:
+    """What went wrong in words: MXNet's writer says only "FileStream.Write incomplete"."""
+    if getattr(exc, "errno", None) == errno.ENOSPC:
+        return "no space left on device"
+    try:
+        if shutil.disk_usage(directory).free < (1 << 20):
+            return "no space left on device"
+    except OSError:
+        pass
+    return getattr(exc, "strerror", None) or str(exc).strip().splitlines()[-1][:200]
+
+
+def regular(path: Path) -> Path:
+    """``path``, if it is a regular file (a FIFO planted there would block a reader forever)."""
+    if not path.is_file():  # False for a FIFO, a directory, a missing file
+        raise ValueError(f"{path.name} is not a regular file")
+    return path
+
+
+def read_json(path: Path):
+    with open(regular(path)) as f:
+        return json.load(f)
+
+
+def first_of_run(directory: Path) -> int:
+    """The first checkpoint number of the current run (run.json's ``first``, else 0)."""
+    if not (directory / RUN).exists():
+        return 0
+    try:
+        first = read_json(directory / RUN)["first"]
+        if not isinstance(first, int) or isinstance(first, bool) or not 0 <= first <= 10 ** 9:
+            raise ValueError(f"'first' is {first!r}, not a checkpoint number")
+        return first
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+        log.warning("ignoring %s: %s", directory / RUN, exc)
+        return 0
+
+
+def next_number(directory: Path) -> int:
+    found = numbers(directory) if directory.is_dir() else []
+    return max([first_of_run(directory) - 1, *found], default=-1) + 1
+
+
+def numbers(directory: Path) -> List[int]:
+    return sorted(int(m.group(1)) for m in map(_NAME.match, os.listdir(directory)) if m)
+
+
+def fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
