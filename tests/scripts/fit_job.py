@@ -10,11 +10,13 @@ server recipe, then fit, then fit again on the same net, then the real fit on a 
 accumulate (fit's accumulate), grow_at (an epoch: in a job of 2 workers each waits at its
 start until the launcher asks them to stop for a grow), batch_sleep (seconds each worker sleeps after each batch, so a
 test can act while the job trains), pipeline (M: each worker's net in 2 stages on cpu(0) and
-cpu(1), batches in M micro-batches). The
+cpu(1), batches in M micro-batches), every (fit's checkpoint_every), kill_at ([epoch, batch]:
+worker 1 kills itself with SIGKILL after that batch, on a job's first attempt only). The
 tests import data(), net() and optimizer_params() to train the same model in one process.
 """
 import json
 import os
+import signal
 import sys
 import time
 
@@ -78,6 +80,11 @@ class Sleep(gluondist.Callback):
         time.sleep(self.seconds)
 
 
+def kill_once(run):
+    if os.environ.get("GLUONDIST_RESTART_COUNT", "0") == "0":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def stop(run):
     run.stop_training = True
 
@@ -129,6 +136,8 @@ def main():
     callbacks = [CrashOnce(opts["crash_in_epoch"])] if "crash_in_epoch" in opts else []
     if "stop_at" in opts:
         callbacks.append(At(0, opts["stop_at"], stop))
+    if "kill_at" in opts:
+        callbacks.append(At(1, opts["kill_at"], kill_once))
     if "poison" in opts:
         callbacks.append(At(1, opts["poison"], poison))
     if "grow_at" in opts:
@@ -142,7 +151,8 @@ def main():
                             optimizer=opts.get("optimizer", "sgd"),
                             optimizer_params=optimizer_params(opts),
                             checkpoint_dir=opts.get("ckpt"), callbacks=callbacks,
-                            accumulate=opts.get("accumulate", 1), **extra)
+                            accumulate=opts.get("accumulate", 1),
+                            checkpoint_every=opts.get("every"), **extra)
     rank = kvstore.rank()
     np.savez(os.path.join(out, f"params.{rank}.npz"),
              **{k: p.data().asnumpy() for k, p in model._collect_params_with_prefix().items()})
