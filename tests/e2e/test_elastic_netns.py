@@ -6,6 +6,7 @@ length ends either unchanged or as a named lost host.
 
 Each test prints what it measured (run with -s); benchmarks/elastic.py times the transitions."""
 import json
+import re
 import time
 
 import numpy as np
@@ -26,11 +27,11 @@ def cluster(tmp_path):
         yield made
 
 
-def fit(launch, cluster, tmp_path, *args, batch_sleep=0.25, **more):
-    """fit_job.py (32 per worker at the first start) over ssh."""
+def fit(launch, cluster, tmp_path, *args, batch_sleep=0.25, batch=32, **more):
+    """fit_job.py (``batch`` per worker at the first start) over ssh."""
     opts = {"ckpt": str(tmp_path / "ckpt"), "batch_sleep": batch_sleep, **more}
     return launch("--launcher", "ssh", "--ssh-config", cluster.ssh_config, "-s", 1, *args,
-                  SCRIPT, tmp_path, EPOCHS, 32, json.dumps(opts))
+                  SCRIPT, tmp_path, EPOCHS, batch, json.dumps(opts))
 
 
 def hostfile(tmp_path, hosts, name="hosts"):
@@ -91,6 +92,61 @@ def test_a_discovered_host_grows_the_job_at_an_epoch_end(launch, cluster, tmp_pa
     assert "gluondist: growing the job to 3 workers (was 2)" in job.err
     print(f"\nmeasured: host listed -> job ended: {time.monotonic() - appeared:.1f}s")
     like_one_process(tmp_path, 3, 64)  # 2 x 32 at the first start
+    nothing_left(cluster)
+
+
+def at_step_checkpoint(job, tmp_path, epoch, batch):
+    """Until the newest checkpoint is the one after ``batch`` batches of ``epoch``."""
+    from gluondist import checkpoint
+
+    def there():
+        assert job.proc.poll() is None, job.wait()
+        latest = checkpoint.load_latest(tmp_path / "ckpt")
+        return latest is not None and (latest.epoch, latest.batch) >= (epoch, batch) \
+            and latest.batch is not None
+    wait_until(there, timeout=180, interval=0.1, message=f"epoch {epoch + 1}, batch {batch}")
+
+
+def test_a_host_lost_mid_epoch_shrinks_from_the_step_checkpoint(launch, cluster, tmp_path):
+    """8 per worker: 129 samples in global batches of 24, 6 batches an epoch, a step
+    checkpoint every 2 updates (after batches 2 and 4 of each epoch). The host goes right
+    after the checkpoint of batch 2 of epoch 2; the 2 workers left can end one update more at
+    most (the lost one's push is missing), so the job resumes mid-epoch, at batch 2 or 4."""
+    first, second, third = cluster.hosts
+    job = fit(launch, cluster, tmp_path, "-H", hostfile(tmp_path, cluster.hosts), "-n", "2:3",
+              "--max-restarts", 1, batch=8, every=2)
+    at_step_checkpoint(job, tmp_path, 1, 2)
+    cluster.crash(third)
+    assert job.wait(timeout=240) == 0, job.err
+    assert f"gluondist: host {third} lost; restarting the job (1 of 1) with 2 workers (was 3)" \
+        in job.err
+    said = re.findall(r"fit: resuming from \S+ in epoch 2 of 5, after its batch (\d) of 6", job.out)
+    assert said in (["2"], ["4"]), job.out
+    like_one_process(tmp_path, 2, 24)  # 3 x 8 at the first start
+    nothing_left(cluster)
+
+
+def test_a_discovered_host_grows_the_job_at_the_next_step_checkpoint(launch, cluster,
+                                                                      tmp_path):
+    """2 x 8: 9 batches an epoch, a step checkpoint every 2 updates of the run. The workers
+    wait at the start of epoch 3 (updates 18 done) for the ask, so the grow comes at the
+    checkpoint after its batch 2, not at its end."""
+    first, second, third = cluster.hosts
+    listing = hostfile(tmp_path, [first, second], "listing")
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\nsed 's/ slots=/:/' {listing}\n")
+    script.chmod(0o755)
+    job = fit(launch, cluster, tmp_path, "--host-discovery", script, "-n", "2:3",
+              "--max-restarts", 0, batch=8, every=2, grow_at=2)
+    epochs_done(job, tmp_path, 1)
+    hostfile(tmp_path, cluster.hosts, "listing")
+    assert job.wait(timeout=240) == 0, job.err
+    assert "gluondist: growing the job to 3 workers (was 2)" in job.err
+    assert "[worker 0] fit: stopping after the checkpoint of epoch 3, batch 2: the launcher " \
+           "adds workers and resumes" in job.out
+    assert re.search(r"\[worker 0\] fit: resuming from \S+ in epoch 3 of 5, after its batch 2 "
+                     r"of 9 \(resume=False starts over\)", job.out), job.out
+    like_one_process(tmp_path, 3, 16)  # 2 x 8 at the first start
     nothing_left(cluster)
 
 

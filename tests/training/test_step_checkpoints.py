@@ -252,3 +252,31 @@ def test_the_snapshot_is_what_the_step_held_though_training_goes_on(small, tmp_p
     saved = mx.nd.load(str(tmp_path / kept[12] / "net.params"))
     assert all(np.array_equal(saved[k].asnumpy(), at[k]) for k in at)
     assert not all(np.array_equal(saved[k].asnumpy(), v) for k, v in params_of(net).items())
+
+
+def test_a_resize_request_stops_at_the_next_step_checkpoint_and_resumes_exactly(
+        small, tmp_path, capsys):
+    """What an elastic grow does to each worker (e2e/test_elastic_netns.py has the jobs): asked
+    after batch 5 of epoch 2, fit leaves with elastic.EXIT after that epoch's checkpoint of
+    batch 6 (every 4 updates: 14 + 6 = 20), once it is written, not at the epoch's end."""
+    from gluondist import elastic
+
+    class Ask(Callback):
+        def on_batch_end(self, run, batch, logs):
+            if (run.epoch, batch) == (1, 4):
+                elastic.request()
+
+    full, _ = fit_mlp(small[0], epochs=3, checkpoint_every=4, checkpoint_dir=tmp_path / "a")
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            fit_mlp(small[0], epochs=3, checkpoint_every=4, checkpoint_dir=tmp_path / "b",
+                    callbacks=[Ask()])
+    finally:
+        elastic._asked.clear()
+    assert stopped.value.code == elastic.EXIT
+    assert "fit: stopping after the checkpoint of epoch 2, batch 6: the launcher adds " \
+           "workers and resumes" in capsys.readouterr().err
+    latest = checkpoint.load_latest(tmp_path / "b")
+    assert (latest.epoch, latest.batch) == (1, 6)
+    resumed, _ = fit_mlp(small[0], epochs=3, checkpoint_every=4, checkpoint_dir=tmp_path / "b")
+    assert same_params(full, resumed)
