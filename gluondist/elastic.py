@@ -1,10 +1,11 @@
 """A worker's side of an elastic job (``gluondist launch -n MIN:MAX``): whether the launcher asked
-the job to stop at its next epoch end, so that it can start again with more workers.
+the job to stop at its next checkpoint (an epoch's end, or a step checkpoint of fit's
+``checkpoint_every``), so that it can start again with more workers.
 
 The launcher asks by sending :data:`SIGNAL` to every worker (locally, or through the ssh
 remote side); the worker bootstrap turns it into a flag. ``fit`` reads :func:`requested` at each
-epoch end, the workers agree on it (one stopping alone would leave the others blocked in push),
-and once the epoch's checkpoint is written each worker leaves with :data:`EXIT`, which the
+checkpoint, the workers agree on it (one stopping alone would leave the others blocked in push),
+and once the checkpoint is written each worker leaves with :data:`EXIT`, which the
 launcher reads as "stopped to grow", not as a failure. A hand-written loop can do the same: at
 an epoch end, after its checkpoint, ``if gluondist.elastic.agreed(): sys.exit(EXIT)``.
 
@@ -38,7 +39,7 @@ def request() -> None:
 
 
 def requested() -> bool:
-    """Whether the launcher asked this worker to stop at its next epoch end."""
+    """Whether the launcher asked this worker to stop at its next checkpoint."""
     return _asked.is_set()
 
 
