@@ -316,26 +316,40 @@ def to_the_end(fn: Callable, hurry: Optional[threading.Event] = None):
 
     The wait polls a flag in short sleeps, never ``Thread.join``: Python 3.11's join, when an
     interrupt lands in it while the thread runs, marks the thread stopped (bpo-45274), and
-    every later join returns at once, before ``fn`` is done."""
-    box, done = {}, threading.Event()
+    every later join returns at once, before ``fn`` is done. Python raises an interrupt at its
+    next check between bytecodes, wherever that is, and ``Thread.start()`` has such checks after
+    the thread exists (its wait for the thread): one landing there used to leave while ``fn``
+    ran on (a teardown's processes outlived the interrupt that "stopped" them). So ``fn`` waits
+    for ``go``, given from inside the ``try``, and the start is in the ``try`` too: a start cut
+    short is made again, and only one of the threads runs ``fn`` (``claim``)."""
+    box, done, go, claim = {}, threading.Event(), threading.Event(), threading.Lock()
 
     def run():
+        go.wait()
+        if not claim.acquire(blocking=False):
+            return  # an earlier start of this call, cut short, was a thread after all
         try:
             box["value"] = fn()
         except BaseException as exc:  # noqa: BLE001 (handed to the caller below)
             box["error"] = exc
         finally:
             done.set()
-    thread = threading.Thread(target=run, name="gluondist-uninterrupted", daemon=True)
-    interrupt = None
-    thread.start()
-    while not done.is_set():
+    interrupt, started = None, False
+    while True:
         try:
-            time.sleep(WAIT_TICK)
-        except BaseException as exc:  # noqa: BLE001 (raised again below)
-            interrupt = interrupt or exc
-            if hurry is not None:
+            if not started:
+                threading.Thread(target=run, name="gluondist-uninterrupted", daemon=True).start()
+                started = True
+            go.set()
+            if interrupt is not None and hurry is not None:
                 hurry.set()
+            while not done.is_set():
+                time.sleep(WAIT_TICK)
+            break
+        except BaseException as exc:  # noqa: BLE001 (raised again below)
+            if isinstance(exc, RuntimeError) and not started:
+                raise  # no thread to be had ("can't start new thread"): fn never ran
+            interrupt = interrupt or exc
     if "error" in box:
         raise box["error"]
     if interrupt is not None:

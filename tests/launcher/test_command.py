@@ -1,12 +1,14 @@
 """The command, fast: `gluondist launch` (scripts/fake_cli.py: gluondist's CLI with the fake
 backend of fake_backend.py registered) stopped by SIGINT, SIGTERM or SIGHUP, killed with SIGKILL,
 or with a console that cannot take a worker's line, and ``gluondist.launch()`` in a notebook's
-kernel given a second Ctrl-C during its teardown. Their processes are tiny real ones without
-MXNet; nothing of a job may outlive it. A real job stopped by signals is in e2e/test_teardown.py."""
+kernel given a second Ctrl-C during its teardown, and the wait that keeps an interrupt from
+cutting that teardown short. Their processes are tiny real ones without MXNet; nothing of a job
+may outlive it. A real job stopped by signals is in e2e/test_teardown.py."""
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -137,3 +139,23 @@ def test_a_second_ctrl_c_during_launchs_teardown_leaks_nothing(tmp_path):
     # and it still says what it stopped (the second interrupt used to skip that line)
     assert "gluondist: stopped scheduler, server 0, worker 0, worker 1" in \
         kernel.stderr.read().decode()
+
+
+def test_an_interrupt_while_the_teardowns_thread_starts_waits_for_the_teardown():
+    # The notebook test above failed once under load, its stubborn workers alive after
+    # launch() raised: Python raises an interrupt at its next check between bytecodes, and
+    # Thread.start() has such checks once the thread exists. The second Ctrl-C, landing there
+    # while a loaded machine held the kernel's main thread, left the wait before it began, and
+    # the teardown ran on without being told to hurry. Here the work interrupts at once, from
+    # its own thread, while the main thread is still starting it.
+    from gluondist.launcher.process import to_the_end
+    finished, hurried = [], threading.Event()
+
+    def work():
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+        time.sleep(0.3)
+        finished.append(hurried.is_set())
+
+    with pytest.raises(KeyboardInterrupt):
+        to_the_end(work, hurried)
+    assert finished == [True]  # done, and told to hurry, before the interrupt was raised
