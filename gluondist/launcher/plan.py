@@ -8,6 +8,7 @@ from .. import envvars as ev
 from .hosts import Host, Placement, gpu_list
 from .options import LaunchOptions
 from .roles import job_env, pslite_verbose, role_env, server_argv, worker_argv
+from .transports import backend
 
 @dataclass(frozen=True)
 class ProcessSpec:
@@ -133,3 +134,34 @@ def _threads_note(options: LaunchOptions, threads: Optional[int], cores: int) ->
         return ()
     return (f"OMP_NUM_THREADS={threads} for each of {options.num_workers} worker(s) on "
             f"{cores} core(s); set OMP_NUM_THREADS to override",)
+
+
+# Every name gluondist defines (envvars.py); a GLUONDIST_* or DMLC_* name outside it is no
+# setting of gluondist's. ps-lite's PS_* names always travel (its list is its own): none is told.
+KNOWN = frozenset(v for k, v in vars(ev).items() if k.isupper() and isinstance(v, str))
+UNSENT_PREFIXES = ("GLUONDIST_", "DMLC_")
+
+
+def environment_note(options: LaunchOptions, base_env: Mapping[str, str]) -> Optional[str]:
+    """What the launcher says before it starts anything (a note: the job starts all the same)
+    of the GLUONDIST_* and DMLC_* names of its own environment that gluondist does not define
+    (a typo such as GLUONDIST_EXIT_GRAC): over a backend that does not hand its processes that
+    environment whole (ssh), each one it leaves behind (a local job's processes would have it);
+    on every backend, each GLUONDIST_* one that does reach them, since gluondist reads no such
+    name. A name ``--env`` gives is the user's own: never told. None: nothing to say."""
+    sent = backend(options.launcher).sent_env(base_env)
+    unknown = [k for k in sorted(base_env) if k not in KNOWN and k not in options.env]
+    unsent = [k for k in unknown if k.startswith(UNSENT_PREFIXES) and k not in sent]
+    unread = [k for k in unknown if k.startswith("GLUONDIST_") and k not in unsent]
+    said = []
+    if unsent:
+        said.append(f"not sent to the remote hosts: {', '.join(unsent)} "
+                    f"({_settings(unsent)}; a setting of your own goes with --env NAME=VALUE)")
+    if unread:
+        said.append(f"{_settings(unread)}: {', '.join(unread)} (gluondist reads no such name: "
+                    "check the spelling against docs/environment.md)")
+    return "; ".join(said) or None
+
+
+def _settings(names) -> str:
+    return "not a gluondist setting" if len(names) == 1 else "not gluondist settings"

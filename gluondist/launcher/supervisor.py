@@ -25,7 +25,7 @@ from .hosts import read_hosts
 from .monitor import Joins, watch
 from .options import LaunchOptions
 from .outcome import PORT_RETRIES, Attempt, Ending, Kind, LaunchResult, diagnose, restarted_from
-from .plan import LaunchPlan, build_plan, user_value
+from .plan import LaunchPlan, build_plan, environment_note, user_value
 from .ports import free_ports
 from .process import ProcessGroup
 from .report import exit_line, failure_lines, final_lines
@@ -62,6 +62,7 @@ def dry_run(options: LaunchOptions, base_env: Mapping[str, str], cores: int,
     """The plan the job would start now (an elastic job: on the hosts that answer now, each
     one left out said through ``show``), starting nothing."""
     job = resolve(options, base_env)
+    _note_environment(job, base_env, show)
     options = resize.first(job, backend_of(job.launcher), show) if job.elastic else job
     port, *nodes = free_ports(options.num_processes, options.host)
     return build_plan(options, port, nodes, cores, base_env)
@@ -85,6 +86,7 @@ def launch_job(options: LaunchOptions, show: Show, keep_logs: bool = False,
     base_env = os.environ if base_env is None else base_env
     cores = cores or os.cpu_count() or 1
     job = resolve(options, base_env)  # as given: num_workers is the most an attempt runs
+    _note_environment(job, base_env, show)  # before anything starts (ssh's preflight too)
     backend = backend_of(job.launcher)
     options = resize.first(job, backend, show) if job.elastic else job
     transport = _ready(options, backend, base_env, transport, stop)
@@ -299,6 +301,12 @@ def _lost_hosts(attempt: Attempt) -> set:
 def _hosts(hosts, names, inside: bool) -> tuple:
     """Those of ``hosts`` whose name is (``inside``) or is not among ``names``, in order."""
     return tuple(h for h in hosts if (h.name in names) == inside)
+
+
+def _note_environment(job: LaunchOptions, base_env: Mapping[str, str], show: Show) -> None:
+    note = environment_note(job, base_env)
+    if note is not None:
+        show(f"gluondist: {note}", True)
 
 
 def _ready(options: LaunchOptions, backend: Backend, base_env: Mapping[str, str],

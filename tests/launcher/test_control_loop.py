@@ -243,6 +243,22 @@ def test_over_ssh_a_record_longer_than_the_log_tail_comes_back_whole(tmp_path, f
     assert sum(", in nested" in line for line in said.splitlines()) == 61
 
 
+def test_over_ssh_a_name_gluondist_does_not_know_is_said_once_before_anything_starts(
+        tmp_path, fake_ssh, monkeypatch):
+    # A GLUONDIST_* or DMLC_* name of the launcher's environment that gluondist does not define
+    # (a typo) stays behind over ssh: said once, first, and the job runs all the same
+    monkeypatch.setenv("GLUONDIST_EXIT_GRAC", "5")
+    monkeypatch.setenv("DMLC_PS_VAN_TYPE", "zmq")
+    monkeypatch.setenv("GLUONDIST_EXIT_GRACE", "5")  # the job's setting: it travels
+    result, notes = run(tmp_path, "ok", launcher="fakessh", hosts="a:1,b:1",
+                        env={"GLUONDIST_MINE": "1"})  # --env's: the user's own, never told
+    assert result.exit_code == 0
+    assert notes[0] == ("gluondist: not sent to the remote hosts: DMLC_PS_VAN_TYPE, "
+                        "GLUONDIST_EXIT_GRAC (not gluondist settings; a setting of your own "
+                        "goes with --env NAME=VALUE)")
+    assert [n for n in notes if "GLUONDIST_" in n] == notes[:1]
+
+
 def test_over_ssh_a_cut_link_is_a_lost_host(tmp_path, fake_ssh, monkeypatch):
     monkeypatch.setenv("FAKE_CUT_AFTER", "1.5")
     result, notes = run(tmp_path, "sleep", "600", launcher="fakessh", hosts="a:1,cut:1")

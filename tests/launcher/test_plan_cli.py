@@ -60,6 +60,26 @@ def test_dry_run_shows_what_starting_adds_and_quotes_values_for_a_shell():
     assert all(l.startswith("    ") or " on " in l for l in proc.stdout.splitlines())
 
 
+def test_a_name_gluondist_does_not_know_is_one_note_and_the_dry_run_goes_on():
+    # GLUONDIST_EXIT_GRAC is a typo: over ssh it stays behind (so would DMLC_*, which a local
+    # job's processes inherit for ps-lite); on any launcher gluondist reads no such name.
+    # The job's settings, PS_* and --env's names are never told.
+    env = {"GLUONDIST_EXIT_GRAC": "5", "DMLC_PS_VAN_TYPE": "zmq", "GLUONDIST_EXIT_GRACE": "5",
+           "PS_RESEND": "1", "GLUONDIST_MINE": "1"}
+    ssh = run_cli("launch", "--dry-run", "--launcher", "ssh", "-H", "a:1,b:1",
+                  "--env", "GLUONDIST_MINE=2", JOB, env=env)
+    assert ssh.returncode == 0, ssh.stderr
+    assert ssh.stderr.splitlines() == [
+        "gluondist: not sent to the remote hosts: DMLC_PS_VAN_TYPE, GLUONDIST_EXIT_GRAC (not "
+        "gluondist settings; a setting of your own goes with --env NAME=VALUE)"]
+    assert "\nworker 0 on " in ssh.stdout  # the plan, printed all the same
+    local = run_cli("launch", "--dry-run", "--env", "GLUONDIST_MINE=2", JOB, env=env)
+    assert local.returncode == 0, local.stderr
+    assert local.stderr.splitlines() == [
+        "gluondist: not a gluondist setting: GLUONDIST_EXIT_GRAC (gluondist reads no such "
+        "name: check the spelling against docs/environment.md)"]
+
+
 def test_one_builder_for_every_role_and_the_kubernetes_index():
     from gluondist.launcher.roles import role_env, role_of_index, worker_argv
     assert [role_of_index(i, 2) for i in range(5)] == [

@@ -94,6 +94,11 @@ class Backend:
     # when no record reaches the launcher
     error_file_home: Optional[str] = "the launcher's"
 
+    def sent_env(self, env: Mapping[str, str]) -> Mapping[str, str]:
+        """What of the launcher's environment ``env`` its processes get, under the plan's own
+        values: by default all of it, as a child here or a Slurm step inherits it."""
+        return env
+
     def discover(self, options: "LaunchOptions", env: Mapping[str, str]) -> "LaunchOptions":
         """The options with the hosts this backend finds itself (a Slurm allocation's)."""
         return options

@@ -275,6 +275,9 @@ class Ssh(Backend):
             raise LaunchError("--launcher ssh needs hosts: -H hostfile or -H host1:2,host2:2")
         super().check(options)
 
+    def sent_env(self, env: Mapping[str, str]) -> Dict[str, str]:
+        return forwarded_env(env)
+
     def preflight(self, options) -> None:
         preflight(list(dict.fromkeys(h.name for h in options.all_hosts)), options.python,
                   options.ssh_config, link=Link(options.link_timeout))
