@@ -16,6 +16,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from .. import elastic, wire
 from .child.proctree import describe_exit, exit_status, signal_exit
 from .plan import LaunchPlan
+from .pslite import dmlc_reason
 
 LOST_EXIT = 75  # the job ended because the connection to a host was lost (sysexits' TEMPFAIL)
 STALL_EXIT = 124  # a stalled job (as timeout(1) has it)
@@ -51,6 +52,9 @@ class Failure:
     time: float = 0.0  # when it happened (time.time()): its error record's, else when noticed
     from_error_file: bool = False  # the traceback is the worker's own record, not scraped
     status: int = 0  # the process's exit status as a shell has it; a stop's 128+N
+    # why dmlc (MXNet's, ps-lite's logging) said it ended, from its last lines: "Check failed:
+    # ..."; "" when it said nothing (pslite.dmlc_reason)
+    cause: str = ""
 
     @property
     def lost(self) -> bool:
@@ -163,10 +167,11 @@ class LaunchResult:
 
     Each :class:`Attempt` has its ``plan`` (every process and where it ran), ``workers``, its
     ``failure`` (a :class:`Failure`: ``kind``, a :class:`Kind`; ``label``, the process, or ""
-    for the job as a whole; ``host``, ``reason``, ``traceback`` or ``tail``), ``others``
-    (later failures), ``stall``, ``stopped``, ``exit_code``, ``resized`` (an elastic job's
-    workers stopped at an epoch end to grow; ``cut_short``, those the request itself ended)
-    and ``ended`` (why, in a few words); the properties below read the last attempt's."""
+    for the job as a whole; ``host``, ``reason``, ``cause`` (what MXNet or ps-lite said of
+    why), ``traceback`` or ``tail``), ``others`` (later failures), ``stall``, ``stopped``,
+    ``exit_code``, ``resized`` (an elastic job's workers stopped at an epoch end to grow;
+    ``cut_short``, those the request itself ended) and ``ended`` (why, in a few words); the
+    properties below read the last attempt's."""
 
     attempts: Tuple[Attempt, ...]
     logs: Dict[str, List[str]] = field(default_factory=dict)
@@ -334,9 +339,10 @@ def _failure(end: ProcessEnd, lost: Optional[bool] = None) -> Failure:
         # os._exit(0)) failed with the exception: Python's code for it, 1
         return Failure(kind, reason, end.label, end.host, end.tail[-15:],
                        tuple(record.get("traceback") or ()), float(record["time"]), True,
-                       1 if code <= 0 else status)
+                       1 if code <= 0 else status, dmlc_reason(end.tail))
     return Failure(kind, reason, end.label, end.host, end.tail[-15:],
-                   () if lost else _traceback(end.tail), end.wall, status=status)
+                   () if lost else _traceback(end.tail), end.wall, status=status,
+                   cause="" if lost else dmlc_reason(end.tail))
 
 
 def _traceback(lines: Sequence[str]) -> Tuple[str, ...]:

@@ -32,7 +32,7 @@ def failure_lines(result: Result, lead: str = "") -> List[str]:
     elif f.kind.of_job:
         lines = [f"{P}{lead}{f.reason}"]
     else:
-        lines = [f"{P}{lead}{f.label}{_where(f, result)} failed first: {f.reason}"]
+        lines = [f"{P}{lead}{f.label}{_where(f, result)} failed first: {_reason(f)}"]
     body = [] if f.lost else f.traceback or f.tail
     if body:
         what = "its traceback" if f.traceback else "its last lines"
@@ -43,7 +43,7 @@ def failure_lines(result: Result, lead: str = "") -> List[str]:
     if result.stall is not None:
         lines += _stall_lines(result)
     for other in result.others:
-        last = other.traceback[-1] if other.traceback else other.reason
+        last = other.traceback[-1] if other.traceback else _reason(other)
         lines.append(f"{P}then {other.label}{_where(other, result)} failed: {last}")
     lost_here = {s.label for s in result.plan.specs if s.host == f.host} \
         if f.lost and result.plan else set()  # named above: the launcher could not stop them
@@ -51,6 +51,12 @@ def failure_lines(result: Result, lead: str = "") -> List[str]:
     if stopped:
         lines.append(f"{P}stopped {', '.join(stopped)}")
     return lines
+
+
+def _reason(f: Failure) -> str:
+    """How it ended, with what dmlc said of why, if it said it ("killed by SIGABRT: Check
+    failed: ..."), whatever the role: a server's abort has no traceback to show it."""
+    return f"{f.reason}: {f.cause}" if f.cause else f.reason
 
 
 def _roles_on(host: str, result: Result) -> str:

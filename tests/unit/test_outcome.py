@@ -212,3 +212,56 @@ def test_a_worker_the_grow_request_killed_is_not_blamed():
     assert (unasked.failure.label, unasked.failure.kind, unasked.resized) == \
         ("worker 1", Kind.SIGNAL, False)
 
+
+
+# A server that aborts (SIGABRT) has no traceback: the report names the reason dmlc printed in
+# its log, as for any role. These are a real server's last lines when two workers pushed one
+# key with two shapes (MXNet 1.9.1: `kv.push(3, ones((4,) if rank == 0 else (5,)))`).
+ABORT = ("[23:00:27] ../3rdparty/ps-lite/src/van.cc:257: S[8] is connected to others",
+         "terminate called after throwing an instance of 'dmlc::Error'",
+         "  what():  [23:00:27] ../src/ndarray/./ndarray_function.h:41: Check failed: lshape == "
+         "rshape: operands shape mismatch", "")
+CAUSE = "Check failed: lshape == rshape: operands shape mismatch"
+
+
+def test_an_aborted_servers_report_names_the_reason_dmlc_gave():
+    from gluondist.launcher.report import final_lines
+    ends = [end("scheduler", "scheduler", -15, 9.0), end("server 0", "server", -6, 5.0,
+                                                         tail=ABORT),
+            end("worker 0", "worker", -15, 9.0), end("worker 1", "worker", -15, 9.0)]
+    attempt = diagnose(PLAN, Ending(Why.EXITED, "server 0", time=5.0),
+                       Teardown(("scheduler", "worker 0", "worker 1")), ends)
+    assert (attempt.failure.label, attempt.failure.cause, attempt.exit_code) == (
+        "server 0", CAUSE, 134)
+    lines = final_lines(LaunchResult((attempt,)))
+    assert lines[0] == f"gluondist: server 0 on h failed first: killed by SIGABRT: {CAUSE}"
+    assert lines[-1] == "gluondist: exit code 134"
+
+
+def test_a_later_failure_that_aborted_is_named_with_its_reason_too():
+    from gluondist.launcher.report import failure_lines
+    record = {"time": 1.0, "traceback": ["Traceback (most recent call last):",
+                                         "MXNetError: Check failed: from.shape() == to.shape()"]}
+    ends = [end("worker 1", "worker", 1, 2.0, record,
+                tail=("MXNetError: Check failed: from.shape() == to.shape()",)),
+            end("server 0", "server", -6, 2.5, tail=ABORT), end("worker 0", "worker", -15, 9.0)]
+    # the server's abort noticed first, the worker's exception recorded before it (the run's)
+    attempt = diagnose(PLAN, Ending(Why.EXITED, "server 0", time=2.5), Teardown(("worker 0",)),
+                       ends)
+    lines = failure_lines(attempt)
+    assert lines[0] == ("gluondist: worker 1 on h failed first: exit code 1: Check failed: "
+                        "from.shape() == to.shape()")
+    assert f"gluondist: then server 0 on h failed: killed by SIGABRT: {CAUSE}" in lines
+
+
+@pytest.mark.parametrize("tail,cause", [
+    (ABORT, CAUSE),
+    (("[10:00:00] ../src/kvstore/kvstore_dist_server.h:300: Error: no such key 3", "bye"),
+     "Error: no such key 3"),
+    (("terminate called without an active exception",), ""),  # said nothing of why
+    (("[10:00:00] ../3rdparty/ps-lite/src/van.cc:1: Bind to role=server",), ""),
+    (("what():  " + "x" * 300,), "x" * 197 + "..."),
+])
+def test_the_reason_is_dmlcs_last_word_trimmed_to_one_line(tail, cause):
+    from gluondist.launcher.pslite import dmlc_reason
+    assert dmlc_reason(tail) == cause
