@@ -145,19 +145,21 @@ def set_rng_states(states: dict) -> None:
 
 def save(directory, epoch: int, net, trainer, state: RunState,
          callback_arrays: Optional[dict] = None) -> Path:
-    """Write the checkpoint of the end of ``epoch`` now: ``net``'s parameters, ``trainer``'s
+    """Write the checkpoint of the end of ``epoch`` now: ``net``'s parameters (each one's
+    first device copy: in a data-parallel step every copy is equal), ``trainer``'s
     optimizer state (None when the servers hold it, as in ``dist_async``), the run's ``state``
     and the callbacks' arrays (EarlyStopping's best weights). Returns its directory. (fit
     writes through :class:`gluondist.snapshot.Writer`, in the background.)"""
     return take(epoch, net, trainer, state, callback_arrays).write(directory)
 
 
-def take(epoch: int, net, trainer, state: RunState,
-         callback_arrays: Optional[dict] = None) -> Snapshot:
+def take(epoch: int, net, trainer, state: RunState, callback_arrays: Optional[dict] = None,
+         spare: Optional[Snapshot] = None) -> Snapshot:
     """A :class:`~gluondist.snapshot.Snapshot` of the run at the end of ``epoch`` or, when
-    ``state.batch`` is set, after that many of its batches."""
+    ``state.batch`` is set, after that many of its batches (``spare``: see Snapshot.take)."""
     return Snapshot.take(epoch, state.batch, net, trainer,
-                         {"format": FORMAT, "epoch": epoch, **asdict(state)}, callback_arrays)
+                         {"format": FORMAT, "epoch": epoch, **asdict(state)}, callback_arrays,
+                         spare)
 
 
 def start_fresh(directory) -> None:

@@ -46,20 +46,25 @@ class Snapshot:
 
     @classmethod
     def take(cls, epoch: int, batch: Optional[int], net, trainer, state: dict,
-             callback_arrays: Optional[dict] = None) -> "Snapshot":
-        """Copies of ``net``'s parameters (each the mean of its device copies, on the CPU),
-        of ``trainer``'s optimizer state (None: the servers hold it, as in ``dist_async``) and
-        of ``callback_arrays``."""
-        params = {name: p._reduce() for name, p in net._collect_params_with_prefix().items()}
+             callback_arrays: Optional[dict] = None,
+             spare: Optional["Snapshot"] = None) -> "Snapshot":
+        """Copies of ``net``'s parameters (of each one's first device copy: at a checkpoint
+        every copy is equal, the trained ones by the step, the others by fit's average), of
+        ``trainer``'s optimizer state (None: the servers hold it, as in ``dist_async``) and of
+        ``callback_arrays``, on the CPU. ``spare``: a snapshot already written, whose arrays
+        are copied into where names and shapes match: a copy into memory already mapped is
+        about 10 times faster than one into new pages (0.03 s against 0.3 s for 128 MB here)."""
+        reuse = _Reuse(spare)
+        params = {name: reuse(("p", name), p.list_data()[0]) if p._stype == "default"
+                  else p._reduce() for name, p in net._collect_params_with_prefix().items()}
         arrays: Dict[str, "mx.nd.NDArray"] = {}
-        optimizer = _optimizer(trainer, arrays) if trainer is not None else None
-        copies = {k: a.copyto(mx.cpu()) for k, a in (callback_arrays or {}).items()}
+        optimizer = _optimizer(trainer, arrays, reuse) if trainer is not None else None
+        copies = {k: reuse(("c", k), a) for k, a in (callback_arrays or {}).items()}
         return cls(epoch, batch, params, optimizer, arrays, copies, state)
 
     @property
     def where(self) -> str:
-        """``epoch 3`` or ``epoch 3, batch 40``, counted from 1 as fit's lines are."""
-        return f"epoch {self.epoch + 1}" + (f", batch {self.batch}" if self.batch else "")
+        return where(self.epoch, self.batch)
 
     def write(self, directory) -> Path:
         """Write it as the next checkpoint of ``directory``, prune the old ones; returns its
@@ -112,19 +117,25 @@ class Writer:
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
         self._said = False
+        self._written: Optional[Snapshot] = None  # the last snapshot written, for its arrays
         self.waited = 0.0  # seconds submit() spent waiting for the write before
 
-    def submit(self, snapshot: Snapshot) -> None:
+    def submit(self, epoch: int, batch: Optional[int], take) -> None:
+        """Write ``take(spare)``, the Snapshot of ``epoch`` (and ``batch``), once the write
+        before it is complete; ``spare`` is that one's snapshot, whose arrays ``take`` may
+        copy into (see :meth:`Snapshot.take`)."""
         if self._thread is not None and self._thread.is_alive():
             if not self._said:
                 self._said = True
                 log.warning("fit: the checkpoint of %s waits for the one before it, still being "
                             "written (writes take longer than the steps between checkpoints: "
-                            "raise checkpoint_every)", snapshot.where)
+                            "raise checkpoint_every)", where(epoch, batch))
             started = time.perf_counter()
             self._thread.join()
             self.waited += time.perf_counter() - started
         self.raise_failed()
+        snapshot = take(self._written)
+        self._written = None  # its arrays are the new snapshot's now
         self._thread = threading.Thread(target=self._write, args=(snapshot,),
                                         name="gluondist-checkpoint")
         self._thread.start()
@@ -132,6 +143,7 @@ class Writer:
     def _write(self, snapshot: Snapshot) -> None:
         try:
             snapshot.write(self.directory)
+            self._written = snapshot
         except BaseException as exc:  # raised in the training thread (raise_failed)
             self._error = exc
 
@@ -149,11 +161,36 @@ class Writer:
         self.raise_failed()
 
 
-def _optimizer(trainer, arrays: dict) -> Optional[dict]:
+def where(epoch: int, batch: Optional[int]) -> str:
+    """``epoch 3`` or ``epoch 3, batch 40``, counted from 1 as fit's lines are."""
+    return f"epoch {epoch + 1}" + (f", batch {batch}" if batch else "")
+
+
+class _Reuse:
+    """``reuse(key, array)``: a CPU copy of ``array``, made into the spare snapshot's array of
+    that key when its shape and type match, else into a new one."""
+
+    def __init__(self, spare: Optional[Snapshot]):
+        self.old = {}
+        if spare is not None:
+            self.old.update({("p", k): a for k, a in spare.params.items()})
+            self.old.update({("o", k): a for k, a in spare.arrays.items()})
+            self.old.update({("c", k): a for k, a in spare.callback_arrays.items()})
+
+    def __call__(self, key, array):
+        old = self.old.get(key)
+        if old is not None and old.shape == array.shape and old.dtype == array.dtype and \
+                old.stype == array.stype == "default":
+            array.copyto(old)
+            return old
+        return array.copyto(mx.cpu())
+
+
+def _optimizer(trainer, arrays: dict, reuse) -> Optional[dict]:
     """The optimizer's part of state.json, its state arrays copied into ``arrays``."""
     if trainer._kvstore is not None and trainer._update_on_kvstore:
         return None  # the servers hold the state (dist_async)
-    states = {str(i): _flatten(s, str(i), arrays)
+    states = {str(i): _flatten(s, str(i), arrays, reuse)
               for i, s in (trainer._updaters[0].states.items() if trainer._updaters else ())}
     opt = trainer._optimizer
     counts = opt._all_index_update_counts.get(trainer._contexts[0].device_id, {})
@@ -161,15 +198,15 @@ def _optimizer(trainer, arrays: dict) -> Optional[dict]:
             "arrays": bool(arrays), "update_counts": {str(i): c for i, c in counts.items()}}
 
 
-def _flatten(state, key: str, arrays: dict):
+def _flatten(state, key: str, arrays: dict, reuse):
     """A JSON tree for an updater state: null, {"array": name} or a list of trees."""
     if state is None:
         return None
     if isinstance(state, mx.nd.NDArray):
-        arrays[key] = state.copyto(mx.cpu())
+        arrays[key] = reuse(("o", key), state)
         return {"array": key}
     if isinstance(state, (tuple, list)):
-        return [_flatten(s, f"{key}.{j}", arrays) for j, s in enumerate(state)]
+        return [_flatten(s, f"{key}.{j}", arrays, reuse) for j, s in enumerate(state)]
     raise ValueError(f"cannot checkpoint an optimizer state of type {type(state).__name__}")
 
 

@@ -296,8 +296,8 @@ class Checkpointer(Callback):
         if self._writer is not None:
             trainer = None if run.updates_on_servers else run.trainer  # the servers hold it
             state = checkpoint.RunState.capture(run, batch, sums)
-            self._writer.submit(checkpoint.take(epoch, run.net, trainer, state,
-                                                run.callbacks.state_arrays()))
+            self._writer.submit(epoch, batch, lambda spare: checkpoint.take(
+                epoch, run.net, trainer, state, run.callbacks.state_arrays(), spare))
 
     def raise_failed(self) -> None:
         """Raise the error of a background write that failed (fit asks at every step)."""
