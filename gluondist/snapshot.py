@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import threading
-import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -118,7 +117,6 @@ class Writer:
         self._error: Optional[BaseException] = None
         self._said = False
         self._written: Optional[Snapshot] = None  # the last snapshot written, for its arrays
-        self.waited = 0.0  # seconds submit() spent waiting for the write before
 
     def submit(self, epoch: int, batch: Optional[int], take) -> None:
         """Write ``take(spare)``, the Snapshot of ``epoch`` (and ``batch``), once the write
@@ -130,9 +128,7 @@ class Writer:
                 log.warning("fit: the checkpoint of %s waits for the one before it, still being "
                             "written (writes take longer than the steps between checkpoints: "
                             "raise checkpoint_every)", where(epoch, batch))
-            started = time.perf_counter()
             self._thread.join()
-            self.waited += time.perf_counter() - started
         self.raise_failed()
         snapshot = take(self._written)
         self._written = None  # its arrays are the new snapshot's now
