@@ -222,7 +222,7 @@ class ProcessGroup:
         return True
 
     def request_resize(self) -> int:
-        """Ask every running worker under the bootstrap to stop at its next epoch end
+        """Ask every running worker under the bootstrap to stop at its next checkpoint
         (gluondist.elastic); returns how many were asked."""
         asked = [c for c in self.running()
                  if c.spec.role == "worker" and runs_bootstrap(c.spec.argv)]

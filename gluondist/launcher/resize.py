@@ -43,7 +43,8 @@ def rule(job: LaunchOptions, now: int) -> str:
             f"hosts that answer then hold, and stops below {job.fewest_workers}")
     if job.host_discovery:
         text += (f"; {job.host_discovery} runs every {EVERY:g}s, and when it lists more slots "
-                 "the workers stop after their next epoch's checkpoint and the job starts "
+                 "the workers stop after their next checkpoint (an epoch's end, or a step "
+                 "checkpoint of fit's checkpoint_every) and the job starts "
                  "again larger (not counted in --max-restarts)")
     return text + "; fit keeps the global batch of the run's first start"
 
@@ -99,7 +100,7 @@ STEADY = 3  # runs of the script in a row that list a new host before its slots 
 class Grower:
     """While an attempt of a job with --host-discovery runs: when the hosts discovered hold
     more slots than it has workers, and fewer than MAX run, it asks the workers (once) to stop
-    at their next epoch end, after its checkpoint; the supervisor then starts the job again,
+    after their next checkpoint (an epoch's end, or a step checkpoint); the supervisor then starts the job again,
     larger. New hosts are checked by the backend first (once per attempt each), and the script
     is run once more right before asking (``recheck``: the supervisor gives its watch's
     ``run_now``, so a failure then is said by the watch's rule, and the listing just given
@@ -164,11 +165,11 @@ class Grower:
         if asked:
             self.show(f"gluondist: the discovered hosts hold {slots(usable)} slot(s) "
                       f"({_names(usable)}): the job grows to {count} workers (was "
-                      f"{options.num_workers}) after the next epoch's checkpoint", True)
+                      f"{options.num_workers}) after the workers' next checkpoint", True)
         else:
             self.show("gluondist: more slots were discovered, but the workers do not run "
-                      "under gluondist's bootstrap (a SCRIPT.py or python -m) to stop at an "
-                      "epoch end: the job takes them at its next restart", True)
+                      "under gluondist's bootstrap (a SCRIPT.py or python -m) to stop at a "
+                      "checkpoint: the job takes them at its next restart", True)
 
     def _usable(self, hosts) -> Tuple[Host, ...]:
         """Those of ``hosts`` the backend reached that the attempt runs on or that were

@@ -88,7 +88,7 @@ def test_a_discovered_host_grows_the_job_at_an_epoch_end(launch, cluster, tmp_pa
     hostfile(tmp_path, cluster.hosts, "listing")
     appeared = time.monotonic()
     assert job.wait(timeout=240) == 0, job.err
-    assert "the job grows to 3 workers (was 2) after the next epoch's checkpoint" in job.err
+    assert "the job grows to 3 workers (was 2) after the workers' next checkpoint" in job.err
     assert "gluondist: growing the job to 3 workers (was 2)" in job.err
     print(f"\nmeasured: host listed -> job ended: {time.monotonic() - appeared:.1f}s")
     like_one_process(tmp_path, 3, 64)  # 2 x 32 at the first start

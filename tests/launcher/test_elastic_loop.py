@@ -131,7 +131,7 @@ def test_discovered_slots_grow_the_job_at_an_epoch_end_without_a_restart(tmp_pat
     assert (result.grows, result.restarts) == (1, ())
     assert counts(tmp_path) == [2, 2, 3, 3, 3]
     assert ("gluondist: the discovered hosts hold 3 slot(s) (h1:1, h2:1, h3:1): the job grows "
-            "to 3 workers (was 2) after the next epoch's checkpoint") in notes
+            "to 3 workers (was 2) after the workers' next checkpoint") in notes
     assert "gluondist: growing the job to 3 workers (was 2); it resumes from its last " \
            "checkpoint" in notes
     # issue 36, defect 2: the grown attempt's logs go beside the first one's, not over them

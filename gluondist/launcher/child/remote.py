@@ -11,7 +11,7 @@ gluondist, and this side refuses a job of another protocol by name):
   never). Nothing of it is quoted into a shell or shown by ``ps``.
 - stdin, then: ``ping`` (the launcher's keepalive, every few seconds), ``dump`` (send the
   worker the signal that dumps its stacks) and ``resize`` (send it gluondist.elastic's
-  request to stop at its next epoch end). The end of stdin, or ``silence`` seconds without a
+  request to stop at its next checkpoint). The end of stdin, or ``silence`` seconds without a
   line, ends the tree: SIGTERM, then SIGKILL ``proctree.STOP_GRACE`` seconds later; after a
   silence the exit status reported is ``wire.SILENCED``, so the launcher names a lost host
   even when the healed link delivers the report. A launcher

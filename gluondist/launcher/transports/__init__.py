@@ -61,7 +61,7 @@ class Transport:
         raise NotImplementedError
 
     def request_resize(self, proc: subprocess.Popen) -> None:
-        """Send a worker gluondist.elastic's request to stop at its next epoch end."""
+        """Send a worker gluondist.elastic's request to stop at its next checkpoint."""
         raise NotImplementedError
 
     def tree_cpu(self, child: "Child") -> Optional[float]:
