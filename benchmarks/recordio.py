@@ -8,8 +8,13 @@ The files are written into a temporary directory (under ``--dir``) and deleted a
 records of 3x64x64 uint8 images (``gluondist.recordio.pack``; a bright square in one of ten
 places gives the class, on noise), read back by ``gluondist.recordio.ArrayRecordDataset``.
 
-1. **Memory.** A fresh Python process runs ``fit`` for one epoch over a file (a small CNN,
-   batch 64) and reports its peak RSS (``ru_maxrss``), for the small file and the big one,
+1. **Memory.** A fresh Python process runs ``fit`` over a file (a small CNN, batch 64): one
+   epoch of the big file, and as many epochs of the small one as make the same number of
+   steps, since a process's memory takes a few hundred steps to settle (the allocator's pools,
+   a DataLoader's batches in flight), and the figure is about the data's size. It reports its
+   peak RSS (``VmHWM`` of /proc/self/status: ``ru_maxrss`` would
+   not do, since Linux carries the parent's RSS at the fork over an exec into it), for the
+   small file and the big one,
    both through the Dataset itself (read in fit's thread) and through a
    ``DataLoader(num_workers=--workers)``. The ratio big/small is the figure (target <= 1.15):
    fit holds no per-sample array but the epoch's permutation; MXNet's reader keeps the
@@ -85,42 +90,52 @@ def loader(rec, workers):
                                  num_workers=workers)
 
 
-def memory_child(rec, workers):
-    """In a fresh process: fit for one epoch on ``rec``; prints its peak RSS (MB) as JSON."""
+def peak_rss_mb():
+    """This process's peak RSS since its exec, in MB (Linux's VmHWM)."""
+    with open("/proc/self/status") as f:
+        kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    return kib / 1024
+
+
+def memory_child(rec, workers, epochs):
+    """In a fresh process: fit for ``epochs`` on ``rec``; prints its peak RSS (MB) as JSON."""
     import gc
     import time
     import gluondist
     data = loader(rec, workers) if workers else dataset(rec)
     before = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     start = time.perf_counter()
-    history = gluondist.fit(cnn(), data, epochs=1, batch_size=BATCH, seed=0, progress=False,
+    history = gluondist.fit(cnn(), data, epochs=epochs, batch_size=BATCH, seed=0, progress=False,
                             optimizer_params=OPT)
     seconds = time.perf_counter() - start
     del data  # a DataLoader's pool ends and its processes are reaped: RUSAGE_CHILDREN has them
     gc.collect()
-    mb = lambda who: resource.getrusage(who).ru_maxrss / 1024  # Linux: kilobytes
-    print(json.dumps({"peak_rss_mb": mb(resource.RUSAGE_SELF),
+    # the loader's processes are forked (no exec): their peak counts the pages they share
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # Linux: KiB
+    print(json.dumps({"peak_rss_mb": peak_rss_mb(),
                       "rss_before_fit_mb": before / 2 ** 20,
-                      "loader_processes_peak_rss_mb": mb(resource.RUSAGE_CHILDREN),
-                      "samples": len(dataset(rec)), "seconds": seconds,
+                      "loader_processes_peak_rss_mb": children,
+                      "samples": len(dataset(rec)), "epochs": epochs, "seconds": seconds,
                       "accuracy": history.history["accuracy"][-1]}))
 
 
-def memory(files, workers):
+def memory(files, counts, workers):
     """{path: {"small": child's figures, "big": ..., "ratio": big/small peak RSS}}."""
+    epochs = {"small": -(-counts["big"] // counts["small"]), "big": 1}  # the same steps
     out = {}
     for name, w in (("dataset", 0), (f"dataloader_{workers}_workers", workers)):
         runs = {}
         for size, rec in files.items():
             proc = subprocess.run([sys.executable, __file__, "--memory-child", rec,
-                                   "--workers", str(w)], capture_output=True, text=True,
-                                  check=False)
+                                   "--workers", str(w), "--epochs", str(epochs[size])],
+                                  capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 raise SystemExit(f"the memory run on {rec} failed:\n{proc.stderr}")
             runs[size] = json.loads(proc.stdout.strip().splitlines()[-1])
         runs["ratio"] = runs["big"]["peak_rss_mb"] / runs["small"]["peak_rss_mb"]
         print(f"memory, {name}: peak RSS {runs['small']['peak_rss_mb']:.0f} MB on "
-              f"{runs['small']['samples']} records, {runs['big']['peak_rss_mb']:.0f} MB on "
+              f"{runs['small']['samples']} records x {epochs['small']} epochs, "
+              f"{runs['big']['peak_rss_mb']:.0f} MB on "
               f"{runs['big']['samples']}: ratio {runs['ratio']:.3f} (target <= 1.15)", flush=True)
         out[name] = runs
     return out
@@ -186,7 +201,7 @@ def main():
     parser.add_argument("--memory-child", metavar="REC", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
-        return memory_child(args.memory_child, args.workers)
+        return memory_child(args.memory_child, args.workers, args.epochs)
     if args.quick:
         args.big_mb, args.small_mb, args.repeats, args.epochs = 40, 4, 2, 1
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # alternate.py
@@ -202,7 +217,7 @@ def main():
         result = {"command": shlex.join(["python", "benchmarks/recordio.py", *sys.argv[1:]]),
                   "record": f"{'x'.join(map(str, SHAPE))} uint8", "batch_size": BATCH,
                   "records": counts, "file_bytes": sizes,
-                  "memory": memory(files, args.workers),
+                  "memory": memory(files, counts, args.workers),
                   "speed": speed(files["small"], args.workers, args.epochs, args.repeats, 1.05,
                                  0.5 if not args.quick else 0.0)}
     finally:
