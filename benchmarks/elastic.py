@@ -1,10 +1,12 @@
 """How long an elastic job takes to change shape, on network-namespace hosts.
 
-    python benchmarks/elastic.py [--repeats 2] [--link-timeout 18] [--every 10] [--json FILE]
+    python benchmarks/elastic.py [--repeats 2] [--link-timeout 18] [--every 10]
+                                 [--samples 24000] [--json FILE]
 
 (as root.) Three hosts (tests/netns.py, 1 Gbit/s links), a `fit` of a small net, 32 samples
-per worker, 8,000 samples (84 batches an epoch with 3 workers, 125 with 2), over ssh with
-`-n 2:3`. Each worker appends ``time worker_count epoch batch`` to a file at the end of every
+per worker, 24,000 samples (250 batches an epoch with 3 workers, 375 with 2; an epoch of
+2 workers takes about 40 s, well over the 6 s a discovered host waits before it counts), over
+ssh with `-n 2:3`. Each worker appends ``time worker_count epoch batch`` to a file at the end of every
 batch (a callback of the script below), so the times read off are those of real training
 steps. Each of shrink and grow runs twice in every round, alternating: with checkpoints at
 epoch ends only (``epoch``), and with ``checkpoint_every=--every`` as well (``step``):
@@ -45,7 +47,7 @@ class Stamp(gluondist.Callback):
             f.write(f"{time.time()} {run.num_workers} {run.epoch} {batch}\\n")
 
 rs = np.random.RandomState(0)
-X = rs.rand(8000, 32).astype(np.float32)
+X = rs.rand(int(sys.argv[5]), 32).astype(np.float32)
 y = (X[:, 0] > 0.5).astype(np.float32)
 net = mx.gluon.nn.HybridSequential()
 net.add(mx.gluon.nn.Dense(64, activation="relu"), mx.gluon.nn.Dense(2))
@@ -55,7 +57,7 @@ gluondist.fit(net, (X, y), epochs=int(sys.argv[3]), batch_size=32, seed=1,
 '''
 
 
-def launch(cluster, work, args, every=0, epochs=40):
+def launch(cluster, work, args, samples, every=0, epochs=40):
     script = os.path.join(work, "train.py")
     with open(script, "w") as f:
         f.write(SCRIPT)
@@ -63,7 +65,8 @@ def launch(cluster, work, args, every=0, epochs=40):
     proc = subprocess.Popen(
         [sys.executable, "-m", "gluondist.cli", "launch", "--launcher", "ssh", "--ssh-config",
          cluster.ssh_config, "-s", "1", *args, script, log, os.path.join(work, "ckpt"),
-         str(epochs), str(every)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+         str(epochs), str(every), str(samples)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         text=True, cwd=work)
     return proc, log
 
@@ -103,17 +106,17 @@ def end(proc):
     proc.wait(timeout=120)
 
 
-def shrink(cluster, work, link, every, at):
+def shrink(cluster, work, link, every, at, samples):
     hosts = ",".join(f"{h}:1" for h in cluster.hosts)
     proc, log = launch(cluster, work, ["-H", hosts, "-n", "2:3", "--max-restarts", "1",
-                                       "--link-timeout", str(link)], every)
+                                       "--link-timeout", str(link)], samples, every)
     try:
         wait_for(log, 3, 1, at)
         cluster.cut(cluster.hosts[2])
         cut = time.time()
         after = first_step(log, 2, cut)
         last = max((s for s in steps(log) if s[1] == 3), key=lambda s: (s[2], s[3]))
-        per_epoch = 84  # batches of 3 workers x 32 in 8,000 samples (the global batch is kept)
+        per_epoch = -(-samples // 96)  # batches of 3 workers x 32 (the global batch is kept)
         retrained = (last[2] - after[2]) * per_epoch + last[3] - after[3] + 1
         return after[0] - cut, retrained
     finally:
@@ -121,7 +124,7 @@ def shrink(cluster, work, link, every, at):
         cluster.heal(cluster.hosts[2])
 
 
-def grow(cluster, work, link, every, at):
+def grow(cluster, work, link, every, at, samples):
     listing = os.path.join(work, "listing")
     with open(listing, "w") as f:
         f.write("".join(f"{h}:1\n" for h in cluster.hosts[:2]))
@@ -130,7 +133,7 @@ def grow(cluster, work, link, every, at):
         f.write(f"#!/bin/sh\ncat {listing}\n")
     os.chmod(script, 0o755)
     proc, log = launch(cluster, work, ["--host-discovery", script, "-n", "2:3",
-                                       "--link-timeout", str(link)], every)
+                                       "--link-timeout", str(link)], samples, every)
     try:
         wait_for(log, 2, 1, at)
         with open(listing, "w") as f:
@@ -141,10 +144,11 @@ def grow(cluster, work, link, every, at):
         end(proc)
 
 
-def start(cluster, work, link, every, at):
+def start(cluster, work, link, every, at, samples):
     hosts = ",".join(f"{h}:1" for h in cluster.hosts)
     began = time.time()
-    proc, log = launch(cluster, work, ["-H", hosts, "-n", "3", "--link-timeout", str(link)])
+    proc, log = launch(cluster, work, ["-H", hosts, "-n", "3", "--link-timeout", str(link)],
+                       samples)
     try:
         return first_step(log, 3, began)[0] - began, None
     finally:
@@ -156,6 +160,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--link-timeout", type=float, default=18.0)
     parser.add_argument("--every", type=int, default=10)
+    parser.add_argument("--samples", type=int, default=24000)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     netns.require()
@@ -166,10 +171,10 @@ def main():
     rng = random.Random(0)
     with tempfile.TemporaryDirectory() as tmp, netns.Cluster(3, os.path.join(tmp, "net")) as c:
         for i in range(args.repeats):  # alternating, so a noisy minute spreads over all arms
-            at = rng.randrange(5, 80)  # the batch of epoch 2 the change comes after
+            at = rng.randrange(5, args.samples // 96 - 5)  # the batch of epoch 2 it comes after
             for name, measure, every in (arms if i % 2 == 0 else arms[::-1]):
                 work = tempfile.mkdtemp(dir=tmp)
-                seconds, again = measure(c, work, args.link_timeout, every, at)
+                seconds, again = measure(c, work, args.link_timeout, every, at, args.samples)
                 rows[name].append(round(seconds, 1))
                 if again is not None:
                     retrained[name].append(again)
@@ -177,7 +182,8 @@ def main():
                       (f", {again} batches trained twice" if again is not None else ""),
                       flush=True)
     result = {"command": "python " + " ".join(sys.argv), "link_timeout": args.link_timeout,
-              "every": args.every, "seconds": rows, "retrained_batches": retrained}
+              "every": args.every, "samples": args.samples,
+              "seconds": rows, "retrained_batches": retrained}
     print(json.dumps(result))
     if args.json:
         with open(args.json, "w") as f:
