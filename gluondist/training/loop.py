@@ -90,8 +90,7 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
     loop = start(prepare(FitArgs(**locals())))  # locals(): the arguments, and only them here
     run = loop.run
     try:
-        mid_epoch = _epochs(loop)
-        _grow_if_asked(run, mid_epoch)
+        _grow_if_asked(run, _epochs(loop))
     except BaseException as exc:  # Ctrl-C included: callbacks close what they opened
         run.callbacks.on_exception(run, exc)
         raise
@@ -100,7 +99,7 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
     return run.history
 
 
-def _grow_if_asked(run, mid_epoch: Optional[int]) -> None:
+def _grow_if_asked(run, mid_epoch: int) -> None:
     """The launcher of an elastic job asked for more workers: the checkpoint of the epoch (or
     of its first ``mid_epoch`` batches) is taken, so leave (elastic.EXIT; the write is
     completed first) and the launcher starts the job again, larger; after the last epoch
@@ -113,17 +112,27 @@ def _grow_if_asked(run, mid_epoch: Optional[int]) -> None:
         raise SystemExit(elastic.EXIT)
 
 
-def _epochs(loop: LoopState) -> Optional[int]:
+class _StoppedToResize(Exception):
+    """The workers stopped at a step checkpoint, after ``batches`` of the epoch, for the
+    launcher to resize the job: it leaves the epoch's loops for :func:`_epochs`."""
+
+    def __init__(self, batches: int):
+        super().__init__(batches)
+        self.batches = batches
+
+
+def _epochs(loop: LoopState) -> int:
     """Train the epochs; returns the batches of the last one trained when the workers stopped
-    at a step checkpoint to resize the job (None otherwise)."""
+    at a step checkpoint to resize the job (0 otherwise)."""
     run, args = loop.run, loop.config.args
     run.callbacks.on_train_begin(run)  # may stop at once (a resumed run that had ended)
     for epoch in range(run.start, run.epochs if not run.stop_training else run.start):
         run.epoch = epoch
         run.callbacks.on_epoch_begin(run, epoch)
-        logs = _train_epoch(loop, epoch)
-        if isinstance(logs, int):
-            return logs
+        try:
+            logs = _train_epoch(loop, epoch)
+        except _StoppedToResize as stop:
+            return stop.batches
         loop.step.average_untrained()  # BatchNorm statistics: one value on every copy
         if args.terminate_on_nan:
             _check_parameters(loop)
@@ -132,7 +141,7 @@ def _epochs(loop: LoopState) -> Optional[int]:
         run.callbacks.on_epoch_end(run, epoch, logs)
         if run.stop_training or run.resizing:
             break
-    return None
+    return 0
 
 
 def _seed_mxnet(run: Run, epoch: int, done: int = 0) -> None:
@@ -142,9 +151,9 @@ def _seed_mxnet(run: Run, epoch: int, done: int = 0) -> None:
     mx.random.seed(derive_seed(run.seed, MXNET, *path))
 
 
-def _train_epoch(loop: LoopState, epoch: int) -> Union[dict, int]:
-    """One pass over this worker's share of the training data; returns the epoch's logs, or
-    the batches trained when the workers stopped at a step checkpoint to resize the job."""
+def _train_epoch(loop: LoopState, epoch: int) -> dict:
+    """One pass over this worker's share of the training data; returns the epoch's logs
+    (raises :class:`_StoppedToResize` when the workers stop at a step checkpoint)."""
     run, cfg = loop.run, loop.config
     started = time.perf_counter()
     skip = run.start_batch if epoch == run.start else 0  # resumed from a step checkpoint
@@ -159,8 +168,6 @@ def _train_epoch(loop: LoopState, epoch: int) -> Union[dict, int]:
     source = cfg.train.epoch(loop.sampler, cfg.ctxs)
     with closing(source):  # an error stops its thread
         samples = _train_batches(loop, clock.waiting(source), tally, watch, clock, hooks, skip)
-    if samples < 0:
-        return -samples
     if watch is not None:
         watch.check()
     loop.step.flush()  # a last, partial accumulation
@@ -179,8 +186,7 @@ def _train_epoch(loop: LoopState, epoch: int) -> Union[dict, int]:
 
 def _train_batches(loop: LoopState, batches, tally, watch, clock, hooks, skip: int) -> int:
     """Train on each batch of the epoch after its first ``skip``; returns the number of
-    samples (of all workers), or minus the batches done when the workers stopped at a step
-    checkpoint to resize the job."""
+    samples (of all workers)."""
     run, cfg, step, saver = loop.run, loop.config, loop.step, loop.checkpointer
     samples = 0
     for batch, (n, global_count, data, targets) in enumerate(batches, start=skip):
@@ -200,7 +206,7 @@ def _train_batches(loop: LoopState, batches, tally, watch, clock, hooks, skip: i
             saver.raise_failed()  # a background write that failed stops training here
             if loop.checkpoint_due(run.epoch, batch + 1) and \
                     _step_checkpoint(loop, tally, watch, batch + 1):
-                return -(batch + 1)
+                raise _StoppedToResize(batch + 1)
     return samples
 
 
