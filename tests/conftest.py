@@ -212,6 +212,24 @@ def job_results(path, workers):
     return params, histories
 
 
+def kill_during_a_write(ckpt, marker, *args):
+    """Run scripts/checkpoint_hang.py (its writer thread hangs halfway through a checkpoint
+    and touches ``marker``), kill -9 it then; checks that the checkpoint before is whole and
+    the killed write left one temporary directory beside it."""
+    proc = subprocess.Popen([sys.executable, str(SCRIPTS / "checkpoint_hang.py"), str(ckpt),
+                             str(marker), *args])
+    try:
+        wait_until(marker.exists, timeout=120, message="the checkpoint's write to begin")
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        proc.kill()
+        proc.wait()
+    names = set(os.listdir(ckpt))
+    assert "ckpt-000000" in names and len(names) == 2
+    assert (names - {"ckpt-000000"}).pop().startswith(".ckpt-000001.")
+
+
 def total(params):
     """The sum of the absolute values of every parameter."""
     return sum(float(np.abs(v).sum()) for v in params.values())

@@ -1,9 +1,6 @@
 """A process killed while fit writes a checkpoint: the previous checkpoint stays whole and is
 the one resumed from (the in-process checkpoint tests are training/test_checkpoints.py)."""
 import os
-import signal
-import subprocess
-import sys
 
 import mxnet as mx
 import numpy as np
@@ -11,23 +8,12 @@ import numpy as np
 import gluondist
 from gluondist import checkpoint
 
-from conftest import OPT, param_sum, rel_diff, SCRIPTS, wait_until
+from conftest import OPT, kill_during_a_write, param_sum, rel_diff
 
 
 def test_kill_during_a_checkpoint_write_keeps_the_previous_one(tmp_path):
-    ckpt, marker = tmp_path / "ckpt", tmp_path / "writing"
-    proc = subprocess.Popen([sys.executable, str(SCRIPTS / "checkpoint_hang.py"), str(ckpt),
-                             str(marker)])
-    try:
-        wait_until(marker.exists, timeout=120, message="the checkpoint write to begin")
-        proc.send_signal(signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        proc.kill()
-        proc.wait()
-    names = set(os.listdir(ckpt))
-    assert "ckpt-000000" in names and len(names) == 2
-    assert (names - {"ckpt-000000"}).pop().startswith(".ckpt-000001.")
+    ckpt = tmp_path / "ckpt"
+    kill_during_a_write(ckpt, tmp_path / "writing")
     assert checkpoint.load_latest(ckpt).epoch == 0
 
     # Resuming from epoch 0's checkpoint ends where an uninterrupted run does.

@@ -76,12 +76,18 @@ def test_a_lost_host_shrinks_the_job_and_the_parameters_stay(launch, cluster, tm
     nothing_left(cluster)
 
 
-def test_a_discovered_host_grows_the_job_at_an_epoch_end(launch, cluster, tmp_path):
-    first, second, third = cluster.hosts
-    listing = hostfile(tmp_path, [first, second], "listing")
+def discovery(tmp_path, hosts):
+    """A --host-discovery script that lists the hosts of ``tmp_path/listing``, which lists
+    ``hosts`` until :func:`hostfile` writes it again."""
+    listing = hostfile(tmp_path, hosts, "listing")
     script = tmp_path / "discover.sh"
     script.write_text(f"#!/bin/sh\nsed 's/ slots=/:/' {listing}\n")
     script.chmod(0o755)
+    return script
+
+
+def test_a_discovered_host_grows_the_job_at_an_epoch_end(launch, cluster, tmp_path):
+    script = discovery(tmp_path, cluster.hosts[:2])
     job = fit(launch, cluster, tmp_path, "--host-discovery", script, "-n", "2:3",
               "--max-restarts", 0, grow_at=2)  # the 2 workers wait in epoch 2 for the ask
     epochs_done(job, tmp_path, 1)
@@ -131,11 +137,7 @@ def test_a_discovered_host_grows_the_job_at_the_next_step_checkpoint(launch, clu
     """2 x 8: 9 batches an epoch, a step checkpoint every 2 updates of the run. The workers
     wait at the start of epoch 3 (updates 18 done) for the ask, so the grow comes at the
     checkpoint after its batch 2, not at its end."""
-    first, second, third = cluster.hosts
-    listing = hostfile(tmp_path, [first, second], "listing")
-    script = tmp_path / "discover.sh"
-    script.write_text(f"#!/bin/sh\nsed 's/ slots=/:/' {listing}\n")
-    script.chmod(0o755)
+    script = discovery(tmp_path, cluster.hosts[:2])
     job = fit(launch, cluster, tmp_path, "--host-discovery", script, "-n", "2:3",
               "--max-restarts", 0, batch=8, every=2, grow_at=2)
     epochs_done(job, tmp_path, 1)

@@ -1,8 +1,6 @@
 """fit(checkpoint_every=N) in real jobs: a worker killed mid-epoch, a process killed while
 its thread writes a step checkpoint (the in-process tests: training/test_step_checkpoints.py)."""
 import json
-import os
-import signal
 import subprocess
 import sys
 
@@ -10,7 +8,7 @@ import numpy as np
 
 from gluondist import checkpoint
 
-from conftest import SCRIPTS, job_results, wait_until
+from conftest import SCRIPTS, job_results, kill_during_a_write
 
 SCRIPT = str(SCRIPTS / "fit_job.py")
 
@@ -45,19 +43,8 @@ def test_a_worker_killed_mid_epoch_resumes_from_the_step_checkpoint_bit_equal(la
 def test_a_kill_during_a_step_checkpoints_write_keeps_the_one_before(tmp_path):
     """The writer thread hangs halfway through the second step checkpoint (after batch 8 of
     epoch 1, every 4 updates); kill -9 then. The first step checkpoint is whole and resumed."""
-    ckpt, marker = tmp_path / "ckpt", tmp_path / "writing"
-    proc = subprocess.Popen([sys.executable, str(SCRIPTS / "checkpoint_hang.py"), str(ckpt),
-                             str(marker), "4"])
-    try:
-        wait_until(marker.exists, timeout=120, message="the step checkpoint's write to begin")
-        proc.send_signal(signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        proc.kill()
-        proc.wait()
-    names = set(os.listdir(ckpt))
-    assert "ckpt-000000" in names and len(names) == 2
-    assert (names - {"ckpt-000000"}).pop().startswith(".ckpt-000001.")
+    ckpt = tmp_path / "ckpt"
+    kill_during_a_write(ckpt, tmp_path / "writing", "4")
     latest = checkpoint.load_latest(ckpt)
     assert (latest.epoch, latest.batch) == (0, 4)
     done = subprocess.run([sys.executable, str(SCRIPTS / "checkpoint_hang.py"), str(ckpt),
