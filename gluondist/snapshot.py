@@ -18,7 +18,7 @@ import re
 import shutil
 import threading
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from ._mx import mx
 
@@ -106,8 +106,10 @@ class Snapshot:
 class Writer:
     """Writes snapshots to ``directory``, at most one at a time, in a thread of its own.
 
-    :meth:`submit` waits for the write before it if that one is still running (saying so
-    once per Writer); a write that failed is raised by the next :meth:`raise_failed`,
+    :meth:`submit` waits for the write before it if that one is still running, and says so
+    once per Writer, with what would help, unless an epoch's end waits for a step checkpoint
+    (one a few steps before the end is the usual case, and a larger ``checkpoint_every`` does
+    not avoid it); a write that failed is raised by the next :meth:`raise_failed`,
     :meth:`submit` or :meth:`drain`, never lost. The thread is not a daemon: a process that
     ends normally finishes its last write first."""
 
@@ -116,6 +118,7 @@ class Writer:
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
         self._said = False
+        self._writing: Optional[Tuple[int, Optional[int]]] = None  # (epoch, batch) in flight
         self._written: Optional[Snapshot] = None  # the last snapshot written, for its arrays
 
     def submit(self, epoch: int, batch: Optional[int], take) -> None:
@@ -123,15 +126,19 @@ class Writer:
         before it is complete; ``spare`` is that one's snapshot, whose arrays ``take`` may
         copy into (see :meth:`Snapshot.take`)."""
         if self._thread is not None and self._thread.is_alive():
-            if not self._said:
+            step_before_end = batch is None and self._writing[1] is not None
+            if not self._said and not step_before_end:
                 self._said = True
                 log.warning("fit: the checkpoint of %s waits for the one before it, still being "
-                            "written (writes take longer than the steps between checkpoints: "
-                            "raise checkpoint_every)", where(epoch, batch))
+                            "written (%s)", where(epoch, batch),
+                            "writes take longer than the steps between checkpoints: raise "
+                            "checkpoint_every" if batch is not None else
+                            "writes take longer than an epoch: fit waits for each")
             self._thread.join()
         self.raise_failed()
         snapshot = take(self._written)
         self._written = None  # its arrays are the new snapshot's now
+        self._writing = (epoch, batch)
         self._thread = threading.Thread(target=self._write, args=(snapshot,),
                                         name="gluondist-checkpoint")
         self._thread.start()

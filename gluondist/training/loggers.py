@@ -37,7 +37,7 @@ class CSVLogger(Callback):
         if self.append and os.path.isfile(self.path):
             with open(self.path, newline="") as f:
                 self._rows = list(csv.DictReader(f))
-            while run.start > 0 and self._rows and _epoch(self._rows[-1]) >= run.start:
+            while _resumed(run) and self._rows and _epoch(self._rows[-1]) >= run.start:
                 self._rows.pop()  # trained again now: replaced, not repeated
         elif run.start > 0:  # a resumed run starts over with the epochs its History has
             history = run.history.history
@@ -61,8 +61,11 @@ class CSVLogger(Callback):
 class TensorBoard(Callback):
     """Every History value as a scalar per epoch (tag = the key, step = the epoch) in TensorBoard
     event files under ``log_dir``, and with ``batch_every=N`` the training loss of every N-th
-    batch (tag ``batch_loss``, step = the batch counted over the whole run). Needs tensorboardX
-    (gluondist's ``tensorboard`` extra); view with ``tensorboard --logdir LOG_DIR``."""
+    batch (tag ``batch_loss``, step = the batch counted over the whole run) under
+    ``log_dir/batches``. A run resumed from a checkpoint hides the points of the epochs and
+    batches it trains again (TensorBoard's purge step, which covers every tag of a directory:
+    hence the batches' own). Needs tensorboardX (gluondist's ``tensorboard`` extra); view with
+    ``tensorboard --logdir LOG_DIR``."""
 
     def __init__(self, log_dir, batch_every: Optional[int] = None):
         try:
@@ -74,7 +77,7 @@ class TensorBoard(Callback):
             raise ValueError(f"batch_every must be a positive integer or None, not "
                              f"{batch_every!r}")
         self.log_dir, self.batch_every = str(log_dir), batch_every
-        self._writer = None
+        self._writer = self._batches = None
 
     _opened = 0  # writers opened by this process
 
@@ -84,27 +87,46 @@ class TensorBoard(Callback):
             # tensorboardX names its file after the second it was opened: two fits in one
             # second would share (and overwrite) it without a suffix of their own
             TensorBoard._opened += 1
-            self._writer = SummaryWriter(
-                self.log_dir, filename_suffix=f".{os.getpid()}.{TensorBoard._opened}")
+            suffix = f".{os.getpid()}.{TensorBoard._opened}"
+            again = _resumed(run)  # what an earlier attempt wrote from here on is hidden
+            self._writer = SummaryWriter(self.log_dir, filename_suffix=suffix,
+                                         purge_step=run.start if again else None)
+            if self.batch_every:
+                self._batches = SummaryWriter(
+                    os.path.join(self.log_dir, "batches"), filename_suffix=suffix,
+                    purge_step=_step(run, run.start, run.start_batch) if again else None)
 
     def on_batch_end(self, run, batch, logs):
-        step = run.epoch * run.steps + batch  # counted over the whole run, resumes included
-        if self._writer is not None and self.batch_every and step % self.batch_every == 0:
-            self._writer.add_scalar("batch_loss", logs["loss"], step)
+        step = _step(run, run.epoch, batch)
+        if self._batches is not None and step % self.batch_every == 0:
+            self._batches.add_scalar("batch_loss", logs["loss"], step)
 
     def on_epoch_end(self, run, epoch, logs):
         if self._writer is not None:
             for key, value in logs.items():
                 self._writer.add_scalar(key, value, epoch)
             self._writer.flush()
+        if self._batches is not None:
+            self._batches.flush()
 
     def on_train_end(self, run):
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        for writer in (self._writer, self._batches):
+            if writer is not None:
+                writer.close()
+        self._writer = self._batches = None
 
     def on_exception(self, run, exc):
         self.on_train_end(run)  # the writer (and its thread) closed, what it wrote kept
+
+
+def _resumed(run) -> bool:
+    """Whether the run continues from a checkpoint (an epoch's end, or mid-epoch)."""
+    return run.start > 0 or run.start_batch > 0
+
+
+def _step(run, epoch: int, batch: int) -> int:
+    """A batch's step: counted over the whole run, resumes included."""
+    return epoch * run.steps + batch
 
 
 def _epoch(row: dict) -> int:

@@ -121,7 +121,7 @@ def start(cfg: FitConfig) -> LoopState:
         checkpoint.restore_trainer(ckpt, trainer)
         ckpt.state.apply(run, ckpt.callback_arrays)
     if rank == 0:
-        _announce(run, cfg.checkpoint_dir if ckpt is not None else None)
+        _announce(run, cfg.checkpoint_dir if ckpt is not None else None, cfg.args.accumulate)
         if ckpt is not None:
             _batch_note(ckpt.state.global_batch, cfg.batch_size, workers, global_batch)
     return LoopState(config=cfg, run=run, step=step, sampler=sampler,
@@ -129,15 +129,19 @@ def start(cfg: FitConfig) -> LoopState:
                      resumed_sums=ckpt.state.sums if ckpt is not None else None)
 
 
-def _announce(run: Run, resumed_from: Optional[str]) -> None:
+def _announce(run: Run, resumed_from: Optional[str], accumulate: int = 1) -> None:
     """One line when this call does not train a fresh run's epochs: a resume (running the same
-    cell twice resumes), or nothing to train."""
+    cell twice resumes), or nothing to train. Mid-epoch with ``accumulate``, the batch is also
+    said as the epoch's optimizer steps."""
     if resumed_from is None:
         if run.epochs == 0:
             say(log, "fit: epochs=0: nothing to train (the History returned is empty)")
     elif run.start_batch:
+        steps = "" if accumulate == 1 else \
+            f" (its update {run.start_batch // accumulate} of {-(-run.steps // accumulate)})"
         say(log, f"fit: resuming from {resumed_from} in epoch {run.start + 1} of {run.epochs}, "
-                 f"after its batch {run.start_batch} of {run.steps} (resume=False starts over)")
+                 f"after its batch {run.start_batch} of {run.steps}{steps} (resume=False starts "
+                 "over)")
     elif run.start < run.epochs:
         say(log, f"fit: resuming from {resumed_from} after epoch {run.start} of {run.epochs} "
                  "(resume=False starts over)")

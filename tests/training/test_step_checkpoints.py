@@ -44,8 +44,9 @@ def crash_and_resume(data, tmp_path, crashes, net=mlp, **kw):
 @pytest.mark.parametrize("accumulate,resumed_at", [
     (1, ["in epoch 1 of 3, after its batch 8 of 14", "in epoch 2 of 3, after its batch 10 of 14"]),
     # 3 batches an update, 5 updates an epoch (the last partial): every 2nd is at batch 6 of
-    # epoch 1, batch 3 and 9 of epoch 2
-    (3, ["in epoch 1 of 3, after its batch 6 of 14", "in epoch 2 of 3, after its batch 9 of 14"]),
+    # epoch 1, batch 3 and 9 of epoch 2; the line says the updates too
+    (3, ["in epoch 1 of 3, after its batch 6 of 14 (its update 2 of 5)",
+         "in epoch 2 of 3, after its batch 9 of 14 (its update 3 of 5)"]),
 ])
 def test_a_resume_mid_epoch_ends_bit_equal_to_the_uninterrupted_run(small, tmp_path, capsys,
                                                                      accumulate, resumed_at):
@@ -119,6 +120,42 @@ def test_callbacks_and_loggers_resumed_mid_epoch_keep_one_row_per_epoch(small, t
         got = [{k: v for k, v in row.items() if not any(s in k for s in SPEED)}
                for row in csv.DictReader(f)]
     assert got == want and [r["epoch"] for r in got] == ["0", "1", "2"]
+    assert same_params(full, resumed) and figures(hr) == figures(hf)
+
+
+def test_a_crash_after_the_loggers_wrote_the_first_epoch_repeats_no_row(small, tmp_path):
+    """The loggers wrote epoch 1's row, then the process stopped before that epoch's
+    checkpoint: the run resumes mid-epoch 1 (run.start 0) from its step checkpoint and writes
+    the row again, which must replace the first, in the CSV and in TensorBoard (its purge
+    step), the batches' points too."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    class StopAtEpochEnd(Callback):  # after the loggers, before fit's checkpoint
+        def on_epoch_end(self, run, epoch, logs):
+            raise KeyboardInterrupt
+
+    def loggers(name):
+        return [CSVLogger(tmp_path / f"{name}.csv"), TensorBoard(tmp_path / name, batch_every=4)]
+
+    def read(name):
+        with open(tmp_path / f"{name}.csv") as f:
+            rows = [{k: v for k, v in row.items() if not any(s in k for s in SPEED)}
+                    for row in csv.DictReader(f)]
+        points = {}
+        for where, tag in ((name, "loss"), (f"{name}/batches", "batch_loss")):
+            events = EventAccumulator(str(tmp_path / where))
+            events.Reload()
+            points[tag] = [(s.step, s.value) for s in events.Scalars(tag)]
+        return rows, points
+    kw = dict(epochs=2, checkpoint_every=5)  # 14 batches an epoch: one at batch 10
+    full, hf = fit_mlp(small[0], checkpoint_dir=tmp_path / "a", callbacks=loggers("a"), **kw)
+    with pytest.raises(KeyboardInterrupt):
+        fit_mlp(small[0], checkpoint_dir=tmp_path / "b",
+                callbacks=loggers("b") + [StopAtEpochEnd()], **kw)
+    assert checkpoint.load_latest(tmp_path / "b").epoch == 0  # mid-epoch 1: run.start is 0
+    resumed, hr = fit_mlp(small[0], checkpoint_dir=tmp_path / "b", callbacks=loggers("b"), **kw)
+    assert read("b") == read("a")
+    assert [r["epoch"] for r in read("b")[0]] == ["0", "1"]
     assert same_params(full, resumed) and figures(hr) == figures(hf)
 
 
@@ -216,6 +253,29 @@ def test_a_write_still_running_when_the_next_is_due_is_waited_for_and_said_once(
     assert checkpoint.load_latest(tmp_path).batch is None  # the epoch's end, complete at return
 
 
+@pytest.mark.parametrize("every,epochs,said", [
+    (13, 1, None),  # 14 batches: the epoch's end waits for the step checkpoint of batch 13
+    (None, 3, "writes take longer than an epoch: fit waits for each"),
+])
+def test_what_an_epochs_end_that_waits_says(small, tmp_path, monkeypatch, caplog, every,
+                                            epochs, said):
+    """An epoch's end that waits for a step checkpoint just before it says nothing: a larger
+    checkpoint_every would not help. Epochs shorter than a write are said once."""
+    write = snapshot.Snapshot.write
+
+    def slow(self, directory):
+        threading.Event().wait(0.5)
+        return write(self, directory)
+
+    monkeypatch.setattr(snapshot.Snapshot, "write", slow)
+    fit_mlp(small[0], epochs=epochs, checkpoint_every=every, checkpoint_dir=tmp_path)
+    waits = [r.getMessage() for r in caplog.records if "waits for the one before it" in
+             r.getMessage()]
+    assert waits == ([] if said is None else [
+        f"fit: the checkpoint of epoch 2 waits for the one before it, still being written "
+        f"({said})"])
+
+
 def test_without_checkpoint_every_there_are_no_step_checkpoints(small, tmp_path):
     fit_mlp(small[0], epochs=2, checkpoint_dir=tmp_path)
     states = [json.loads((tmp_path / d / "state.json").read_text()) for d in
@@ -274,8 +334,8 @@ def test_a_resize_request_stops_at_the_next_step_checkpoint_and_resumes_exactly(
     finally:
         elastic._asked.clear()
     assert stopped.value.code == elastic.EXIT
-    assert "fit: stopping after the checkpoint of epoch 2, batch 6: the launcher adds " \
-           "workers and resumes" in capsys.readouterr().err
+    assert "fit: stopping after the checkpoint of epoch 2, batch 6: the launcher restarts " \
+           "the job on the hosts it finds then, which resumes from it" in capsys.readouterr().err
     latest = checkpoint.load_latest(tmp_path / "b")
     assert (latest.epoch, latest.batch) == (1, 6)
     resumed, _ = fit_mlp(small[0], epochs=3, checkpoint_every=4, checkpoint_dir=tmp_path / "b")
