@@ -18,7 +18,7 @@ places gives the class, on noise), read back by ``gluondist.recordio.ArrayRecord
    both through the Dataset itself (read in fit's thread) and through a
    ``DataLoader(num_workers=--workers)``. The ratio big/small is the figure (target <= 1.15):
    fit holds no per-sample array but the epoch's permutation; MXNet's reader keeps the
-   ``.idx`` in a dict (of the order of 100 bytes a record), which is in the figure.
+   ``.idx`` in a dict and a list (100 to 170 bytes a record), which is in the figure.
 2. **Speed.** On the small file, ``fit`` against the same training written by hand over the
    same ``DataLoader(num_workers=--workers, shuffle=True)``: the same net, batch, optimizer and
    epochs, the same per-epoch loss and accuracy summed on the device; alternated pairs

@@ -208,7 +208,17 @@ def load_latest(directory) -> Optional[Checkpoint]:
 
 
 def restore_net(ckpt: Checkpoint, net) -> None:
-    """Set ``net``'s parameters to the checkpoint's (on the devices it is already on)."""
+    """Set ``net``'s parameters to the checkpoint's (on the devices it is already on); a
+    checkpoint of another model (other parameter names or shapes) is a ValueError."""
+    if ckpt.state.signature != signature(net):
+        mine = {name: shape for name, shape in signature(net)}
+        theirs = {name: shape for name, shape in ckpt.state.signature}
+        odd = sorted(n for n in mine.keys() | theirs.keys() if mine.get(n) != theirs.get(n))
+        raise ValueError(
+            f"{ckpt.path} holds a checkpoint of a different model (parameters that differ: "
+            f"{', '.join(f'{n} {theirs.get(n)} there, {mine.get(n)} here' for n in odd[:3])}"
+            f"{', ...' if len(odd) > 3 else ''}); restore it into the model that wrote it, or "
+            "give this one a directory of its own")
     for name, param in net._collect_params_with_prefix().items():
         assign(param, ckpt.params[name])
 

@@ -161,7 +161,7 @@ class Attempt:
 
 @dataclass(frozen=True)
 class LaunchResult:
-    """What a job came to: every attempt (restarts and port retries included), the last one
+    """What a job came to: every attempt (restarts, port retries and grows included), the last one
     deciding; ``logs`` holds every output line of each process by label when the supervisor
     keeps them. The one result both ``gluondist launch`` and ``gluondist.launch()`` get.
 
@@ -169,7 +169,7 @@ class LaunchResult:
     ``failure`` (a :class:`Failure`: ``kind``, a :class:`Kind`; ``label``, the process, or ""
     for the job as a whole; ``host``, ``reason``, ``cause`` (what MXNet or ps-lite said of
     why), ``traceback`` or ``tail``), ``others`` (later failures), ``stall``, ``stopped``,
-    ``exit_code``, ``resized`` (an elastic job's workers stopped at an epoch end to grow;
+    ``exit_code``, ``resized`` (an elastic job's workers stopped at a checkpoint to grow;
     ``cut_short``, those the request itself ended) and ``ended`` (why, in a few words); the
     properties below read the last attempt's."""
 
@@ -215,10 +215,16 @@ class LaunchResult:
 
     @property
     def grows(self) -> int:
-        """How many times the job stopped at an epoch end and started again with more workers
+        """How many times the job stopped at a checkpoint and started again with more workers
         (one whose new hosts were gone by the restart started with as many: no grow)."""
         return sum(a.resized and b.workers > a.workers
                    for a, b in zip(self.attempts, self.attempts[1:]))
+
+    @property
+    def regrown(self) -> int:
+        """How many times the job stopped at a checkpoint to grow and started again with no
+        more workers (the new hosts were gone by the restart)."""
+        return sum(a.resized for a in self.attempts[:-1]) - self.grows
 
     @property
     def port_retries(self) -> int:

@@ -95,6 +95,8 @@ def final_lines(result: LaunchResult, also_lost: Mapping[str, str] = {}) -> List
     if result.failure is None:
         done = [f"{len(result.restarts)} restart(s)"] if result.restarts else []
         done += [f"growing {result.grows} time(s)"] if result.grows else []
+        done += [f"stopping {result.regrown} time(s) to grow onto hosts gone by the restart"] \
+            if result.regrown else []
         return [f"{P}succeeded after {' and '.join(done)}"] if done else []
     used = [f"{P}no restart left: all {len(result.restarts)} of --max-restarts used"] \
         if result.restarts else []

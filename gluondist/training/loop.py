@@ -108,7 +108,7 @@ def _grow_if_asked(run, mid_epoch: int) -> None:
         if run.rank == 0:
             where = f"epoch {run.epoch + 1}" + (f", batch {mid_epoch}" if mid_epoch else "")
             say(log, f"fit: stopping after the checkpoint of {where}: the launcher "
-                     "adds workers and resumes")
+                     "restarts the job on the hosts it finds then, which resumes from it")
         raise SystemExit(elastic.EXIT)
 
 

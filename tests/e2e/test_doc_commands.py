@@ -66,13 +66,16 @@ def test_the_first_launch_commands_run_as_written(tmp_path):
 
 
 def test_the_python_api_block_runs_as_written(tmp_path, monkeypatch):
+    script = docpages.block("docs/launch.md", "from pathlib import Path\n\nPath(\"train.py\")")
     block = docpages.block("docs/launch.md", "import gluondist\n\nresult = gluondist.launch(")
     user_directory(tmp_path)
     monkeypatch.chdir(tmp_path)
     tag = uuid.uuid4().hex
     monkeypatch.setenv(TAG, tag)
-    namespace = {}  # the block imports what it uses, as a fresh notebook would need
+    namespace = {}  # the blocks import what they use, as a fresh notebook would need
     try:
+        exec(compile(script, "docs/launch.md", "exec"), namespace)  # the page's train.py
+        assert (tmp_path / "train.py").read_text() == TRAIN
         exec(compile(block, "docs/launch.md", "exec"), namespace)
     finally:
         stray = kill_tagged(tag)

@@ -91,8 +91,9 @@ def test_the_fit_pages_blocks_run(tmp_path):
 
 
 def test_the_callbacks_page_names_the_history_keys_fit_records(tmp_path):
-    ran, keys, _ = run_fresh("docs/fit-callbacks.md", tmp_path, "result = keys")
-    assert ran == 2
+    probe = "import math\nresult = [keys, all(map(math.isfinite, sum(history.history.values(), [])))]"
+    ran, (keys, finite), _ = run_fresh("docs/fit-callbacks.md", tmp_path, probe)
+    assert ran == 2 and finite  # every figure it shows is a number
     code = docpages.block("docs/fit-callbacks.md", "history = gluondist.fit(net, train, val_data")
     shown = ast.literal_eval("".join(re.findall(r"^#\s?(.*)$", code, re.M)))
     assert keys == shown
@@ -102,11 +103,11 @@ def test_the_fit_checkpoint_pages_blocks_run(tmp_path):
     ran, _, said = run_fresh("docs/fit-checkpoints.md", tmp_path)
     assert ran == 3  # the set-up, the checkpoints, the best weights
     assert (tmp_path / "best.params").is_file()
-    assert "fit: resuming from ckpt after epoch 2 of 3 (resume=False starts over)" in said
+    assert "fit: resuming from run-ckpt after epoch 2 of 3 (resume=False starts over)" in said
     # the checkpoint layout the page draws: the files of the newest checkpoint are named there
     layout = next(b.code for b in blocks("docs/fit-checkpoints.md")
                   if b.reason and "directory layout" in b.reason)
-    newest = max((tmp_path / "ckpt").glob("ckpt-*"))
+    newest = max((tmp_path / "run-ckpt").glob("ckpt-*"))
     written = {p.name for p in newest.iterdir()}
     assert {"net.params", "trainer.states", "state.json"} <= written
     assert all(re.search(rf"^\s+{re.escape(name)}\s", layout, re.M) for name in written)
@@ -121,3 +122,19 @@ def test_the_own_loop_page_trains_and_resumes_in_one_process(tmp_path):
     # the checkpoint section: 2 epochs, then a second call that resumes after them to 4
     assert result["resumed"] == [0, 2]
     assert result["newest"].endswith("ckpt-000003")  # numbered from 0
+
+
+LONG_JOBS_PROBE = """
+from mxnet import nd
+equal = lambda x, y: all((p.data().asnumpy() == q.data().asnumpy()).all()
+                         for p, q in zip(x.collect_params().values(), y.collect_params().values()))
+result = {"fit": bool(same), "loop": [resumed == uninterrupted, equal(a, b)]}
+"""
+
+
+def test_the_long_jobs_page_resumes_bit_equal_as_it_prints(tmp_path):
+    """What the page prints is True: fit's resume and the hand-written loop's, bit-equal."""
+    ran, result, said = run_fresh("docs/long-jobs.md", tmp_path, LONG_JOBS_PROBE)
+    assert ran == 2
+    assert result == {"fit": True, "loop": [True, True]}
+    assert "fit: resuming from long-ckpt in epoch 2 of 3, after its batch 13 of 57" in said

@@ -145,7 +145,7 @@ def test_a_discovered_host_grows_the_job_at_the_next_step_checkpoint(launch, clu
     assert job.wait(timeout=240) == 0, job.err
     assert "gluondist: growing the job to 3 workers (was 2)" in job.err
     assert "[worker 0] fit: stopping after the checkpoint of epoch 3, batch 2: the launcher " \
-           "adds workers and resumes" in job.out
+           "restarts the job on the hosts it finds then, which resumes from it" in job.out
     assert re.search(r"\[worker 0\] fit: resuming from \S+ in epoch 3 of 5, after its batch 2 "
                      r"of 9 \(resume=False starts over\)", job.out), job.out
     like_one_process(tmp_path, 3, 16)  # 2 x 8 at the first start

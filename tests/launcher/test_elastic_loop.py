@@ -298,6 +298,8 @@ def test_a_grow_whose_host_left_before_the_restart_says_so(tmp_path, fake, monke
     assert "gluondist: the discovered hosts no longer hold more slots than the job's 2 " \
            "workers: starting it again with 2; it resumes from its last checkpoint" in notes
     assert result.grows == 0 and not [n for n in notes if "after growing" in n]
+    assert notes[-1] == "gluondist: succeeded after stopping 1 time(s) to grow onto hosts gone " \
+                        "by the restart"
 
 
 def test_a_discovery_script_that_fails_every_other_call_is_named_once(tmp_path, fake,

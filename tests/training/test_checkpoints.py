@@ -347,3 +347,17 @@ def test_a_fixed_global_batch_is_split_into_slices_one_sample_apart():
     assert sorted(np.concatenate(first)) == sorted(
         next(ShardedBatchSampler(100, 64, seed=1).batches())[0])
     assert [len(s) for s in slices] == [2, 2, 2] and slices[0][1][1] == 36
+
+
+def test_restore_net_refuses_another_models_checkpoint_in_one_line(small, tmp_path):
+    """A hand-written loop's building block says what fit says of a foreign checkpoint,
+    instead of a KeyError on the first name it lacks."""
+    fit_mlp(small[0], epochs=1, checkpoint_dir=tmp_path)
+    other = mlp(hidden=16)
+    other.initialize()
+    other(mx.nd.zeros((1, 64)))
+    with pytest.raises(ValueError, match=r"^\S+ckpt-000000 holds a checkpoint of a different "
+                                         r"model \(parameters that differ: 0.bias \[32\] there, "
+                                         r"\[16\] here, .*\); restore it into the model that "
+                                         r"wrote it, or give this one a directory of its own$"):
+        checkpoint.restore_net(checkpoint.load_latest(tmp_path), other)
