@@ -114,7 +114,11 @@ def main():
         f"{k}/none {v:.3f}" for k, v in result.items()) + " (target for background <= 1.05)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"command": "python " + " ".join(map(shlex.quote, sys.argv)),
+            # the compute threads are part of the command: the figure depends on them
+            threads = os.environ.get("OMP_NUM_THREADS")
+            command = ([f"OMP_NUM_THREADS={threads}"] if threads else []) + ["python"]
+            json.dump({"command": " ".join(command + list(map(shlex.quote, sys.argv))),
+                       "omp_num_threads": threads, "cores": os.cpu_count(),
                        "steps": args.steps, "every": args.every, "mbytes_of_arrays": 128,
                        "rounds": rounds, "median_ratio": result, "target": 1.05}, f, indent=1)
 

@@ -20,6 +20,8 @@ import threading
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
+
 from ._mx import mx
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,10 @@ class Snapshot:
         self.epoch, self.batch, self.params, self.optimizer = epoch, batch, params, optimizer
         self.arrays, self.callback_arrays = arrays, callback_arrays
         self.state = json.dumps({**state, "optimizer": optimizer})
+        # the run's epoch count when the writer is to refuse non-finite parameters (fit's
+        # terminate_on_nan at a step checkpoint: checked on these copies, off the training
+        # thread); None: not checked here
+        self.finite_of: Optional[int] = None
 
     @classmethod
     def take(cls, epoch: int, batch: Optional[int], net, trainer, state: dict,
@@ -69,6 +75,11 @@ class Snapshot:
         """Write it as the next checkpoint of ``directory``, prune the old ones; returns its
         directory. OSError names what went wrong in one line (a full disk, say)."""
         directory = Path(directory)
+        if self.finite_of is not None:
+            bad = [name for name, a in self.params.items()
+                   if not np.isfinite(a.asnumpy()).all()]
+            if bad:
+                raise FloatingPointError(not_finite(bad, self.epoch, self.finite_of))
         final = directory / f"ckpt-{next_number(directory):06d}"
         tmp = directory / f".{final.name}.{os.getpid()}.tmp"
         try:
@@ -162,6 +173,14 @@ class Writer:
             self._thread.join()
             self._thread = None
         self.raise_failed()
+
+
+def not_finite(names, epoch: int, epochs: int) -> str:
+    """What fit says of parameters ``names`` that became NaN or infinite in ``epoch``."""
+    return (f"parameter(s) {', '.join(names[:3])} became NaN or infinite in epoch "
+            f"{epoch + 1}/{epochs}: the data likely holds NaN or infinity (only arrays are "
+            "checked before training) or the learning rate is too high; checkpoints of "
+            "earlier epochs are kept")
 
 
 def where(epoch: int, batch: Optional[int]) -> str:

@@ -224,8 +224,8 @@ class FitArgs:
         None, f"An integer {SEED_RANGE} that makes the run reproducible; None: a new one (in a "
               "job, the same on every worker).", _optional(_seed))
     terminate_on_nan: bool = _arg(
-        True, "A NaN or infinite training loss (or parameter, checked after each epoch) "
-              "raises FloatingPointError.", _flag)
+        True, "A NaN or infinite training loss (or parameter, checked after each epoch and "
+              "at each step checkpoint) raises FloatingPointError.", _flag)
     accumulate: int = _arg(
         1, "k: one update every k batches, with the sum of their gradients (as a batch k times "
            "larger).", _count(1))

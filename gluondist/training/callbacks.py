@@ -289,6 +289,11 @@ class Checkpointer(Callback):
         from ..snapshot import Writer
         self._writer = Writer(self.directory) if run.rank == 0 else None
 
+    # a step checkpoint's parameters that are NaN or infinite are refused by the writer (a
+    # FloatingPointError, raised at a later step as any failed write is), checked on its
+    # copies rather than in the training thread; fit sets it for terminate_on_nan
+    refuse_non_finite = False
+
     def save(self, run, epoch: int, batch: Optional[int] = None, sums=None) -> None:
         """Checkpoint the end of ``epoch`` or, with ``batch``, its first ``batch`` batches
         (``sums``: the epoch's running sums so far, see RunState)."""
@@ -296,8 +301,14 @@ class Checkpointer(Callback):
         if self._writer is not None:
             trainer = None if run.updates_on_servers else run.trainer  # the servers hold it
             state = checkpoint.RunState.capture(run, batch, sums)
-            self._writer.submit(epoch, batch, lambda spare: checkpoint.take(
-                epoch, run.net, trainer, state, run.callbacks.state_arrays(), spare))
+
+            def take(spare):
+                snapshot = checkpoint.take(epoch, run.net, trainer, state,
+                                           run.callbacks.state_arrays(), spare)
+                check = self.refuse_non_finite and batch is not None  # epoch ends: fit's own
+                snapshot.finite_of = run.epochs if check else None
+                return snapshot
+            self._writer.submit(epoch, batch, take)
 
     def raise_failed(self) -> None:
         """Raise the error of a background write that failed (fit asks at every step)."""

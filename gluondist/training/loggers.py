@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import os
+import time
 from typing import List, Optional
 
 from .. import extra_hint
@@ -85,9 +86,12 @@ class TensorBoard(Callback):
         if run.rank == 0:
             from tensorboardX import SummaryWriter
             # tensorboardX names its file after the second it was opened: two fits in one
-            # second would share (and overwrite) it without a suffix of their own
+            # second would share (and overwrite) it without a suffix of their own. TensorBoard
+            # reads a directory's files in the order of their names, in which a resumed run's
+            # (with its purge step) must come after those it hides: the clock in nanoseconds,
+            # zero-padded, leads the suffix (a counter of 10 sorted before one of 9)
             TensorBoard._opened += 1
-            suffix = f".{os.getpid()}.{TensorBoard._opened}"
+            suffix = f".{time.time_ns():020d}.{os.getpid()}.{TensorBoard._opened}"
             again = _resumed(run)  # what an earlier attempt wrote from here on is hidden
             self._writer = SummaryWriter(self.log_dir, filename_suffix=suffix,
                                          purge_step=run.start if again else None)

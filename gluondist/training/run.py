@@ -124,8 +124,11 @@ def start(cfg: FitConfig) -> LoopState:
         _announce(run, cfg.checkpoint_dir if ckpt is not None else None, cfg.args.accumulate)
         if ckpt is not None:
             _batch_note(ckpt.state.global_batch, cfg.batch_size, workers, global_batch)
+    checkpointer = callbacks.first(Checkpointer)
+    if checkpointer is not None:  # the NaN check of a step checkpoint, in its writer
+        checkpointer.refuse_non_finite = cfg.args.terminate_on_nan
     return LoopState(config=cfg, run=run, step=step, sampler=sampler,
-                     checkpointer=callbacks.first(Checkpointer),
+                     checkpointer=checkpointer,
                      resumed_sums=ckpt.state.sums if ckpt is not None else None)
 
 

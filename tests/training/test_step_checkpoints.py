@@ -340,3 +340,28 @@ def test_a_resize_request_stops_at_the_next_step_checkpoint_and_resumes_exactly(
     assert (latest.epoch, latest.batch) == (1, 6)
     resumed, _ = fit_mlp(small[0], epochs=3, checkpoint_every=4, checkpoint_dir=tmp_path / "b")
     assert same_params(full, resumed)
+
+
+def test_parameters_that_turn_nan_mid_epoch_are_never_in_a_step_checkpoint(small, tmp_path):
+    """NaN in one sample of a Dataset hides from the loss (relu passes it as 0) but turns the
+    weights NaN: the writer refuses the step checkpoint that would hold them, and fit raises
+    its error at a later step, before the epoch's end; the checkpoints written are finite."""
+    (X, y), _ = small
+    X = X.copy()
+    X[50, :] = np.nan
+    ended = []
+
+    class Ends(Callback):
+        def on_epoch_end(self, run, epoch, logs):
+            ended.append(epoch)
+    with pytest.raises(FloatingPointError, match=r"^parameter\(s\) .* became NaN or infinite "
+                                                 r"in epoch 1/2: "):
+        fit_mlp(mx.gluon.data.SimpleDataset(list(zip(X, y))), checkpoint_every=2,
+                checkpoint_dir=tmp_path, epochs=2, callbacks=[Ends()])
+    assert ended == []  # the writer's check, not the epoch end's
+    for name in os.listdir(tmp_path):
+        if name.startswith("ckpt-"):
+            params = mx.nd.load(str(tmp_path / name / "net.params"))
+            assert all(np.isfinite(a.asnumpy()).all() for a in params.values()), name
+    latest = checkpoint.load_latest(tmp_path)
+    assert latest is None or (latest.epoch, latest.batch is not None) == (0, True)
