@@ -10,11 +10,14 @@ Reads (each written by the command in parentheses, run from benchmarks/):
   workers.json          (python workers.py --json results/workers.json, as root)
   compression_accuracy.json  (python compression_accuracy.py --json
                               results/compression_accuracy.json)
+  peers.json            (python peers.py --horovod-python PY --json results/peers.json, as root)
 and writes fit_vs_hand.png (each pair's fit/hand ratio, arrays and DataLoader), kvstore.png
 (the bench table: step time against servers per layout, with the cost model's line),
 workers.png (throughput against workers, per layout, with the cost model's line),
 compression_accuracy.png (validation accuracy per epoch, a line per compression, a panel per
-model) and learning_curve.png (History.plot of the first fit on docs/index.md, its block run
+model), peers.png (epoch time against workers, gluondist's layouts and Horovod, with each
+one's byte bound), links.png (each link's rate over one epoch, gluondist against Horovod, per
+worker count of peers.py's --timeline) and learning_curve.png (History.plot of the first fit on docs/index.md, its block run
 as it is).
 """
 import argparse
@@ -114,6 +117,60 @@ def compression_accuracy(results, path):
     fig.savefig(path)
 
 
+def peers(results, path):
+    """Epoch time against workers: a series per arm of benchmarks/peers.py, its byte bound
+    dotted in the same colour."""
+    from matplotlib.figure import Figure
+    with open(os.path.join(results, "peers.json")) as f:
+        saved = json.load(f)
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
+    for arm in dict.fromkeys(r["arm"] for r in saved["rows"]):
+        rows = [r for r in saved["rows"] if r["arm"] == arm]
+        w = [r["workers"] for r in rows]
+        dots = ax.plot(w, [r["epoch_s"] for r in rows], "o-", label=arm)
+        ax.plot(w, [r["bound_s"] for r in rows], ":", color=dots[0].get_color())
+    ax.set_xticks(sorted({r["workers"] for r in saved["rows"]}))
+    ax.set_xlabel("workers (one per host)")
+    ax.set_ylabel("epoch time, s (dotted: its byte bound)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"fit against Horovod, 8 MB of gradients, {saved['rate']} links")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def links(results, path):
+    """Each host's link over one epoch (Mbit/s received, sampled every 10 ms; the y axis stops
+    at twice the rate, above which a sample only says the sampler woke late): a column per
+    system, a row per worker count of the timelines."""
+    from matplotlib.figure import Figure
+    with open(os.path.join(results, "peers.json")) as f:
+        saved = json.load(f)
+    counts = sorted({t["workers"] for t in saved["timelines"]})
+    arms = list(dict.fromkeys(t["arm"] for t in saved["timelines"]))
+    fig = Figure(figsize=(11, 3 * len(counts)))
+    axes = fig.subplots(len(counts), len(arms), squeeze=False, sharey=True)
+    for tl in saved["timelines"]:
+        ax = axes[counts.index(tl["workers"])][arms.index(tl["arm"])]
+        for name, series in tl["links"].items():
+            if name.endswith(" down"):
+                ax.plot(tl["t"], series["mbit_s"], linewidth=0.8,
+                        label=f"{name[:-5]} ({series['idle_share']:.0%} idle)")
+        for t in tl["steps"]:
+            ax.axvline(t, color="grey", linewidth=0.4)
+        ax.set_title(f"{tl['arm']}, {tl['workers']} workers: epoch {tl['epoch_seconds'][-1]:.2f} s")
+        ax.set_xlabel("s into the epoch (grey: worker 0 issues a step)")
+        ax.legend(fontsize="x-small", loc="lower right")
+    number, unit = saved["rate"][:-4], saved["rate"][-4:]  # peers.py's --rate: 200mbit
+    rate = float(number) * {"kbit": 1e-3, "mbit": 1, "gbit": 1e3}[unit]
+    for row in axes:
+        row[0].set_ylabel("received, Mbit/s")
+        row[0].set_ylim(0, 2 * rate)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
 def learning_curve(path):
     """History.plot of the first fit on Getting started: that page's block, run as it is in a
     scratch directory (it writes ckpt/ and curves.png there)."""
@@ -142,6 +199,8 @@ def main(argv=None):
     kvstore(args.results, os.path.join(args.out, "kvstore.png"))
     workers(args.results, os.path.join(args.out, "workers.png"))
     compression_accuracy(args.results, os.path.join(args.out, "compression_accuracy.png"))
+    peers(args.results, os.path.join(args.out, "peers.png"))
+    links(args.results, os.path.join(args.out, "links.png"))
     learning_curve(os.path.join(args.out, "learning_curve.png"))
 
 

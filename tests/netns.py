@@ -108,6 +108,7 @@ def remove_namespace(ns: str) -> None:
                 pass
         time.sleep(0.05)
     sh("ip", "netns", "del", ns, check=False)
+    shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)  # own_hostname's
 
 
 def sweep_orphans() -> None:
@@ -145,8 +146,11 @@ def _burst(rate: str) -> str:
 class Cluster:
     """``k`` hosts on one bridge; see the module's docstring. ``hosts``: their addresses."""
 
-    def __init__(self, k: int, workdir, rate: str = "1gbit"):
+    def __init__(self, k: int, workdir, rate: str = "1gbit", own_hostname: bool = False):
         self.k, self.rate, self.dir = k, rate, Path(workdir)
+        # each host resolves this machine's name to its own address (Gloo binds that one),
+        # through the /etc/hosts that `ip netns exec` mounts from /etc/netns/NS/
+        self.own_hostname = own_hostname
         self.id = f"{os.getpid():x}-{next(_COUNTER)}"
         self.bridge_ns = f"{PREFIX}{self.id}-br"
         self.subnet = ""  # 10.77.X, picked by start()
@@ -209,6 +213,10 @@ class Cluster:
            "netns", self.bridge_ns)
         self._in(ns, "ip", "addr", "add", f"{address}/24", "dev", "eth0")
         self._in(ns, "ip", "link", "set", "eth0", "up")
+        if self.own_hostname:  # before its sshd starts, whose sessions then see it
+            etc = Path("/etc/netns") / ns
+            etc.mkdir(parents=True, exist_ok=True)
+            (etc / "hosts").write_text(f"127.0.0.1 localhost\n{address} {socket.gethostname()}\n")
         self._in(self.bridge_ns, "ip", "link", "set", port, "master", "br0", "up")
         self.shape(address, self.rate)
 

@@ -32,7 +32,7 @@ def test_the_plots_are_drawn_by_the_command(tmp_path):
     plots.main(["--out", str(tmp_path)])  # from benchmarks/results/, and docs/index.md's fit
     drawn = sorted(p.name for p in tmp_path.iterdir())
     assert drawn == ["compression_accuracy.png", "fit_vs_hand.png", "kvstore.png",
-                     "learning_curve.png", "workers.png"]
+                     "learning_curve.png", "links.png", "peers.png", "workers.png"]
     measured = (ROOT / "docs" / "measured.md").read_text()
     assert sorted(re.findall(r"\]\(img/(\w+\.png)\)", measured)) == drawn
     assert all((ROOT / "docs" / "img" / name).is_file() for name in drawn)
@@ -44,3 +44,5 @@ def test_the_plots_are_drawn_by_the_command(tmp_path):
     assert hooks().ACCURACY_MARK.findall(measured) == [
         "benchmarks/results/compression_accuracy.json"]
     assert '"compression_accuracy.json"' in (ROOT / "benchmarks" / "plots.py").read_text()
+    assert "benchmarks/results/peers.json" in measured  # the peers and links plots' run
+    assert '"peers.json"' in (ROOT / "benchmarks" / "plots.py").read_text()

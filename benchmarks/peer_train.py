@@ -1,0 +1,120 @@
+"""One worker of benchmarks/peers.py: the same training through gluondist's ``fit`` (under
+``gluondist launch``) or through Horovod's ``DistributedTrainer`` (under ``horovodrun``).
+
+    peer_train.py gluondist|horovod OUT EPOCHS [STEPS_LOG]
+
+A net dominated by one 8 MB layer (Dense(2048) on 1,024 inputs, then Dense(10)), random data,
+64 samples per worker per step, 10 steps an epoch, SGD with momentum, one OpenMP thread, no
+hybridization on either side. Worker 0 writes ``{"epoch_seconds": [...]}`` to OUT, each epoch
+timed to the end of its last update (``mx.nd.waitall()``); with STEPS_LOG, also the wall
+clock of each step and epoch end (for the link timelines).
+"""
+import json
+import os
+import sys
+import time
+
+os.environ["OMP_NUM_THREADS"] = "1"  # before MXNet starts its pool: the same in both
+
+import mxnet as mx  # noqa: E402
+import numpy as np  # noqa: E402
+
+BATCH, STEPS = 64, 10
+OPT = {"learning_rate": 0.01, "momentum": 0.9}
+
+
+def net():
+    block = mx.gluon.nn.HybridSequential()
+    block.add(mx.gluon.nn.Dense(2048, activation="relu", in_units=1024),
+              mx.gluon.nn.Dense(10, in_units=2048))
+    return block
+
+
+def data(workers):
+    rs = np.random.RandomState(0)
+    n = BATCH * STEPS * workers
+    return rs.rand(n, 1024).astype(np.float32), rs.randint(0, 10, n).astype(np.float32)
+
+
+class Stamps:
+    """Worker 0's wall clock when each step was issued (``(epoch, step, t)``) and when each
+    epoch's last update ended (``(epoch, -1, t)``), for the link timelines."""
+
+    def __init__(self, path):
+        self.path, self.times = path, []
+
+    def add(self, epoch, step=-1):  # a step: no wait, the schedule stays as it is
+        if self.path:
+            self.times.append((epoch, step, time.time()))
+
+    def save(self):
+        if self.path:
+            with open(self.path, "w") as f:
+                json.dump(self.times, f)
+
+
+def with_gluondist(out, epochs, stamps):
+    import gluondist
+
+    class Stamp(gluondist.Callback):
+        def on_batch_end(self, run, batch, logs):
+            if run.rank == 0:
+                stamps.add(run.epoch, batch)
+
+        def on_epoch_end(self, run, epoch, logs):  # fit waited for the epoch's last update
+            if run.rank == 0:
+                stamps.add(epoch)
+
+    workers = gluondist.kvstore.num_workers()
+    history = gluondist.fit(net(), data(workers), epochs=epochs, batch_size=BATCH, seed=0,
+                            progress=False, optimizer_params=OPT, callbacks=[Stamp()])
+    if gluondist.kvstore.rank() == 0:
+        return history.history["epoch_seconds"]
+    return None
+
+
+def with_horovod(out, epochs, stamps):
+    import horovod.mxnet as hvd
+    from mxnet import autograd, gluon
+    hvd.init()
+    rank, workers = hvd.rank(), hvd.size()
+    X, y = data(workers)
+    model = net()
+    model.initialize(mx.init.Xavier())
+    params = model.collect_params()
+    hvd.broadcast_parameters(params, root_rank=0)
+    trainer = hvd.DistributedTrainer(params, "sgd", dict(OPT))
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    seconds = []
+    for epoch in range(epochs):
+        mx.nd.waitall()
+        started = time.perf_counter()
+        for step in range(STEPS):
+            rows = slice((step * workers + rank) * BATCH, (step * workers + rank + 1) * BATCH)
+            x, label = mx.nd.array(X[rows]), mx.nd.array(y[rows])
+            with autograd.record():
+                loss = loss_fn(model(x), label)
+            loss.backward()
+            trainer.step(BATCH)
+            if rank == 0:
+                stamps.add(epoch, step)
+        mx.nd.waitall()
+        seconds.append(time.perf_counter() - started)
+        if rank == 0:
+            stamps.add(epoch)
+    return seconds if rank == 0 else None
+
+
+def main():
+    which, out, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    stamps = Stamps(sys.argv[4] if len(sys.argv) > 4 else None)
+    train = {"gluondist": with_gluondist, "horovod": with_horovod}[which]
+    seconds = train(out, epochs, stamps)
+    if seconds is not None:
+        with open(out, "w") as f:
+            json.dump({"epoch_seconds": seconds}, f)
+        stamps.save()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,298 @@
+"""gluondist against Horovod on the same links: fit under ``gluondist launch`` against
+``horovod.mxnet.DistributedTrainer`` under ``horovodrun --gloo``, one worker per
+network-namespace host, every link shaped to RATE both ways.
+
+    python benchmarks/peers.py --horovod-python PY [--rate 200mbit] [--workers 2 3 4]
+                               [--rounds 2] [--epochs 4] [--timeline 3 4] [--json FILE]
+
+(as root; tests/netns.py's hosts.) PY is a Python with ``mxnet==1.9.1``, ``numpy<1.24`` and
+``horovod==0.28.1`` built with Gloo (docs/measured.md says how to install it); gluondist runs
+from this Python. Horovod is needed by this benchmark only, never by gluondist.
+
+The training is the same on both sides (benchmarks/peer_train.py): a net dominated by one 8 MB
+layer, random data, 64 samples per worker per step, 10 steps an epoch, SGD with momentum, one
+OpenMP thread per worker. For each worker count W, in every round (the arms' order alternating
+from round to round), one job of each arm:
+
+- ``gluondist S=1``: one server, on the first worker's host;
+- ``gluondist S=W``: W servers, one on each worker's host (colocated);
+- ``gluondist dedicated``: W servers on W hosts of their own (--server-hosts);
+- ``horovod``: ring allreduce over Gloo, ``horovodrun`` started on the first host.
+
+The figure of a job is the median epoch time after its first epoch (worker 0's clock, each
+epoch to the end of its last update); of an arm, the median over the rounds. Beside each, the
+byte bound: the busiest link direction's bytes per step (gluondist.bench.model for the
+parameter server, 2M(W-1)/W for the ring) at RATE, times 10 steps.
+
+``--timeline W ...``: for those worker counts, one more job of each of ``--timeline-arms``
+(default ``gluondist S=W`` and ``horovod``), with every link's byte counters sampled every 10 ms (from the bridge's side
+of each host's cable, /sys/class/net/PORT/statistics) and worker 0's step times; saved in the
+JSON for benchmarks/plots.py's timeline.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, os.path.join(HERE, ".."))
+import netns  # noqa: E402
+from gluondist.bench.model import Layout, link_bytes  # noqa: E402
+from gluondist.kv.chunks import CHUNK_BYTES, chunk_bounds  # noqa: E402
+
+TRAIN = os.path.join(HERE, "peer_train.py")
+STEPS = 10  # peer_train.STEPS
+SIZES = [1024 * 2048, 2048, 2048 * 10, 10]  # peer_train.net()'s parameters, in elements
+ARMS = ("gluondist S=1", "gluondist S=W", "gluondist dedicated", "horovod")
+SAMPLE_S = 0.01
+
+
+def rate_bits(rate: str) -> float:
+    """tc's rate (``200mbit``, ``1gbit``) in bits per second."""
+    units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+    for unit, factor in units.items():
+        if rate.endswith(unit):
+            return float(rate[:-len(unit)]) * factor
+    raise SystemExit(f"--rate {rate}: give it as tc does, such as 200mbit or 1gbit")
+
+
+def bound_s(arm: str, workers: int, bits: float) -> float:
+    """The epoch's time if the busiest link direction were never idle."""
+    if arm == "horovod":
+        per_step = 2 * sum(SIZES) * 4 * (workers - 1) / workers
+    else:
+        hosts = tuple(f"h{i}" for i in range(workers))
+        servers = {"gluondist S=1": hosts[:1], "gluondist S=W": hosts,
+                   "gluondist dedicated": tuple(f"s{i}" for i in range(workers))}[arm]
+        sent = [b - a for n in SIZES for a, b in chunk_bounds(n, 4, CHUNK_BYTES)]
+        per_step = link_bytes(Layout(hosts, servers), sent).bound()
+    return STEPS * per_step * 8 / bits
+
+
+def gluondist_job(cluster, work, arm, workers, epochs, stamps=None):
+    hosts, extra = cluster.hosts[:workers], cluster.hosts[workers:2 * workers]
+    servers = 1 if arm == "gluondist S=1" else workers
+    layout = ["--server-hosts", ",".join(extra)] if arm == "gluondist dedicated" else []
+    out = os.path.join(work, "epochs.json")
+    argv = [sys.executable, "-m", "gluondist.cli", "launch", "--launcher", "ssh",
+            "--ssh-config", cluster.ssh_config, "-H", ",".join(f"{h}:1" for h in hosts),
+            "-n", str(workers), "-s", str(servers), *layout, TRAIN, "gluondist", out,
+            str(epochs), *([stamps] if stamps else [])]
+    run(argv, work)
+    return out
+
+
+def horovod_job(cluster, work, python, workers, epochs, stamps=None):
+    """horovodrun from inside the first host (Gloo binds what the machine's name resolves to:
+    the cluster maps it to each host's own address); its ssh reads the cluster's config
+    through a wrapper first on PATH, since horovodrun passes no ssh options but a key."""
+    hosts = cluster.hosts[:workers]
+    wrapper = os.path.join(work, "bin")
+    os.makedirs(wrapper, exist_ok=True)
+    with open(os.path.join(wrapper, "ssh"), "w") as f:
+        f.write(f"#!/bin/sh\nexec {shutil.which('ssh')} -F {cluster.ssh_config} \"$@\"\n")
+    os.chmod(os.path.join(wrapper, "ssh"), 0o755)
+    out = os.path.join(work, "epochs.json")
+    bindir = os.path.dirname(python)
+    argv = ["ip", "netns", "exec", cluster.ns[hosts[0]], "env",
+            f"PATH={wrapper}:{bindir}:{os.environ['PATH']}", os.path.join(bindir, "horovodrun"),
+            "--gloo", "--network-interface", "eth0", "--ssh-identity-file",
+            os.path.join(cluster.dir, "id"), "-np", str(workers), "-H",
+            ",".join(f"{h}:1" for h in hosts), python, TRAIN, "horovod", out, str(epochs),
+            *([stamps] if stamps else [])]
+    run(argv, work)
+    return out
+
+
+def run(argv, work, timeout=600):
+    with open(os.path.join(work, "job.log"), "w") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=work,
+                                start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout)
+        finally:
+            if proc.poll() is None:  # horovodrun and the launcher end their jobs on SIGTERM
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=60)
+    if code != 0:
+        with open(os.path.join(work, "job.log")) as f:
+            raise SystemExit(f"{argv[:6]}... exited {code}:\n{f.read()[-3000:]}")
+
+
+def job(cluster, tmp, python, arm, workers, epochs, stamps=None):
+    """The job's epoch times (worker 0's)."""
+    work = tempfile.mkdtemp(dir=tmp)
+    if arm == "horovod":
+        out = horovod_job(cluster, work, python, workers, epochs, stamps)
+    else:
+        out = gluondist_job(cluster, work, arm, workers, epochs, stamps)
+    with open(out) as f:
+        return json.load(f)["epoch_seconds"]
+
+
+class Sampler:
+    """Every host's link bytes each SAMPLE_S, read from the bridge's side of its cable (the
+    port's tx is what the host receives, its rx what it sends), by a process in the bridge's
+    namespace, until the ``with`` ends."""
+
+    def __init__(self, cluster, hosts, path):
+        self.ports = [cluster.port[h] for h in hosts]
+        self.cmd = ["ip", "netns", "exec", cluster.bridge_ns, sys.executable, __file__,
+                    "--sample", path, *self.ports]
+        self.path = path
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "sampling"
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+
+    def read(self):
+        with open(self.path) as f:
+            return json.load(f)
+
+
+def sample(path, ports):
+    """(In the bridge's namespace) counters of ``ports`` every SAMPLE_S until SIGTERM:
+    ``{"t": [...], PORT: {"down": [...], "up": [...]}}``, bytes since the start."""
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    files = {p: [open(f"/sys/class/net/{p}/statistics/{c}_bytes") for c in ("tx", "rx")]
+             for p in ports}
+
+    def read():
+        row = []
+        for down, up in files.values():
+            for f in (down, up):
+                f.seek(0)
+                row.append(int(f.read()))
+        return row
+    base, times, rows = read(), [], []
+    print("sampling", flush=True)
+    tick = time.monotonic()
+    while not stop:
+        times.append(time.time())
+        rows.append([a - b for a, b in zip(read(), base)])
+        tick += SAMPLE_S
+        time.sleep(max(0.0, tick - time.monotonic()))
+    out = {"t": times}
+    for i, p in enumerate(ports):
+        out[p] = {"down": [r[2 * i] for r in rows], "up": [r[2 * i + 1] for r in rows]}
+    with open(path, "w") as f:
+        json.dump(out, f)
+
+
+def timeline(cluster, tmp, python, arm, workers, epochs, bits):
+    """One job with its links sampled: the epoch before the last's steps, and each link's
+    rate per sample in that window (Mbit/s), idle share (below 10% of the rate)."""
+    work = tempfile.mkdtemp(dir=tmp)
+    stamps = os.path.join(work, "stamps.json")
+    hosts = cluster.hosts[:workers] + (cluster.hosts[workers:2 * workers]
+                                       if arm == "gluondist dedicated" else [])
+    with Sampler(cluster, hosts, os.path.join(work, "links.json")) as sampler:
+        seconds = job(cluster, tmp, python, arm, workers, epochs, stamps)
+    links = sampler.read()
+    with open(stamps) as f:
+        steps = json.load(f)
+    last = epochs - 1  # the last epoch, from the end of the one before
+    ends = {e: t for e, s, t in steps if s == -1}
+    start, end = ends[last - 1], ends[last]
+    picked = [i for i, t in enumerate(links["t"]) if start <= t <= end]
+    t0 = links["t"][picked[0]]
+    series = {}
+    for h, port in zip(hosts, (cluster.port[h] for h in hosts)):
+        for d in ("down", "up"):
+            c = links[port][d]
+            mbit = [(c[i] - c[i - 1]) * 8 / (links["t"][i] - links["t"][i - 1]) / 1e6
+                    for i in picked if i > 0]
+            series[f"{h} {d}"] = {
+                "mbit_s": [round(m, 1) for m in mbit],
+                "idle_share": sum(m < 0.1 * bits / 1e6 for m in mbit) / max(1, len(mbit)),
+                "mean_mbit_s": (c[picked[-1]] - c[picked[0]]) * 8 / (end - start) / 1e6}
+    return {"arm": arm, "workers": workers, "epoch_seconds": seconds,
+            "t": [round(links["t"][i] - t0, 4) for i in picked if i > 0],
+            "steps": [round(t - t0, 4) for e, s, t in steps if e == last and s >= 0],
+            "links": series}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--horovod-python", metavar="PY", help="required")
+    parser.add_argument("--rate", default="200mbit")
+    parser.add_argument("--workers", type=int, nargs="+", default=[2, 3, 4])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--timeline", type=int, nargs="*", default=[3, 4], metavar="W")
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    parser.add_argument("--timeline-arms", nargs="+", default=["gluondist S=W", "horovod"],
+                        choices=ARMS, metavar="ARM")
+    parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--sample", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.sample:
+        return sample(args.sample[0], args.sample[1:])
+    if not args.horovod_python:
+        parser.error("give --horovod-python PY: a Python with horovod.mxnet (docs/measured.md)")
+    reason = netns.unavailable()
+    if reason:
+        raise SystemExit(reason)
+    probe = subprocess.run([args.horovod_python, "-c", "import horovod.mxnet"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise SystemExit(f"--horovod-python {args.horovod_python} cannot import horovod.mxnet "
+                         f"(docs/measured.md says how to install it): {probe.stderr[-300:]}")
+    bits = rate_bits(args.rate)
+    most = max(args.workers + args.timeline)
+    runs = {(w, arm): [] for w in args.workers for arm in args.arms}
+    result = {"command": "python " + " ".join(sys.argv), "rate": args.rate,
+              "epochs": args.epochs, "steps": STEPS, "chunk_bytes": CHUNK_BYTES,
+              "load_1min": [os.getloadavg()[0]], "rows": [], "timelines": []}
+    with tempfile.TemporaryDirectory() as tmp, \
+            netns.Cluster(2 * most, os.path.join(tmp, "net"), rate=args.rate,
+                          own_hostname=True) as cluster:
+        for r in range(args.rounds):
+            for w in args.workers:
+                for arm in (args.arms if r % 2 == 0 else args.arms[::-1]):
+                    seconds = job(cluster, tmp, args.horovod_python, arm, w, args.epochs)
+                    runs[w, arm].append(statistics.median(seconds[1:]))
+                    print(f"round {r + 1}, W={w}, {arm}: {runs[w, arm][-1]:.2f} s an epoch "
+                          f"({', '.join(f'{s:.2f}' for s in seconds)})", flush=True)
+        for w in args.timeline:
+            for arm in args.timeline_arms:
+                result["timelines"].append(
+                    timeline(cluster, tmp, args.horovod_python, arm, w, args.epochs, bits))
+    result["load_1min"].append(os.getloadavg()[0])
+    for w in args.workers:
+        horovod = statistics.median(runs[w, "horovod"]) if runs.get((w, "horovod")) else None
+        for arm in (a for a in args.arms if runs[w, a]):  # --rounds 0: timelines only
+            epoch = statistics.median(runs[w, arm])
+            row = {"workers": w, "arm": arm, "epoch_s": epoch, "rounds": runs[w, arm],
+                   "bound_s": bound_s(arm, w, bits), "horovod_speed_ratio":
+                   None if horovod is None else horovod / epoch}
+            row["over_bound"] = epoch / row["bound_s"]
+            result["rows"].append(row)
+            print(f"W={w} {arm:>20}: {epoch:.2f} s an epoch, {row['over_bound']:.2f}x its "
+                  "byte bound" + ("" if horovod is None else
+                                  f", {row['horovod_speed_ratio']:.2f}x Horovod's speed"),
+                  flush=True)
+    for tl in result["timelines"]:
+        idle = {k: round(v["idle_share"], 2) for k, v in tl["links"].items()}
+        print(f"timeline W={tl['workers']} {tl['arm']}: idle share per link {idle}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
