@@ -79,7 +79,7 @@ class Snapshot:
             bad = [name for name, a in self.params.items()
                    if not np.isfinite(a.asnumpy()).all()]
             if bad:
-                raise FloatingPointError(not_finite(bad, self.epoch, self.finite_of))
+                raise FloatingPointError(not_finite(bad, self.epoch, self.finite_of, self.batch))
         final = directory / f"ckpt-{next_number(directory):06d}"
         tmp = directory / f".{final.name}.{os.getpid()}.tmp"
         try:
@@ -118,9 +118,9 @@ class Writer:
     """Writes snapshots to ``directory``, at most one at a time, in a thread of its own.
 
     :meth:`submit` waits for the write before it if that one is still running, and says so
-    once per Writer, with what would help, unless an epoch's end waits for a step checkpoint
-    (one a few steps before the end is the usual case, and a larger ``checkpoint_every`` does
-    not avoid it); a write that failed is raised by the next :meth:`raise_failed`,
+    once per Writer, with what would help, unless one of the two is an epoch's end and the
+    other a step checkpoint (one falls a few steps before or after an epoch's end, which a
+    larger ``checkpoint_every`` does not avoid); a write that failed is raised by the next :meth:`raise_failed`,
     :meth:`submit` or :meth:`drain`, never lost. The thread is not a daemon: a process that
     ends normally finishes its last write first."""
 
@@ -137,13 +137,13 @@ class Writer:
         before it is complete; ``spare`` is that one's snapshot, whose arrays ``take`` may
         copy into (see :meth:`Snapshot.take`)."""
         if self._thread is not None and self._thread.is_alive():
-            step_before_end = batch is None and self._writing[1] is not None
-            if not self._said and not step_before_end:
+            steps = (batch is not None, self._writing[1] is not None)  # step checkpoints?
+            if not self._said and steps[0] == steps[1]:  # not across an epoch's end
                 self._said = True
                 log.warning("fit: the checkpoint of %s waits for the one before it, still being "
                             "written (%s)", where(epoch, batch),
                             "writes take longer than the steps between checkpoints: raise "
-                            "checkpoint_every" if batch is not None else
+                            "checkpoint_every" if steps[0] else
                             "writes take longer than an epoch: fit waits for each")
             self._thread.join()
         self.raise_failed()
@@ -175,12 +175,14 @@ class Writer:
         self.raise_failed()
 
 
-def not_finite(names, epoch: int, epochs: int) -> str:
-    """What fit says of parameters ``names`` that became NaN or infinite in ``epoch``."""
+def not_finite(names, epoch: int, epochs: int, batch: Optional[int] = None) -> str:
+    """What fit says of parameters ``names`` that became NaN or infinite in ``epoch`` (by
+    its ``batch``-th batch, found at a step checkpoint)."""
+    by = f", by its batch {batch}" if batch else ""
     return (f"parameter(s) {', '.join(names[:3])} became NaN or infinite in epoch "
-            f"{epoch + 1}/{epochs}: the data likely holds NaN or infinity (only arrays are "
-            "checked before training) or the learning rate is too high; checkpoints of "
-            "earlier epochs are kept")
+            f"{epoch + 1}/{epochs}{by}: the data likely holds NaN or infinity (only arrays are "
+            "checked before training) or the learning rate is too high; the checkpoints "
+            "written before are kept")
 
 
 def where(epoch: int, batch: Optional[int]) -> str:

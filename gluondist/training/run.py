@@ -141,7 +141,7 @@ def _announce(run: Run, resumed_from: Optional[str], accumulate: int = 1) -> Non
             say(log, "fit: epochs=0: nothing to train (the History returned is empty)")
     elif run.start_batch:
         steps = "" if accumulate == 1 else \
-            f" (its update {run.start_batch // accumulate} of {-(-run.steps // accumulate)})"
+            f", its update {run.start_batch // accumulate} of {-(-run.steps // accumulate)}"
         say(log, f"fit: resuming from {resumed_from} in epoch {run.start + 1} of {run.epochs}, "
                  f"after its batch {run.start_batch} of {run.steps}{steps} (resume=False starts "
                  "over)")
