@@ -3,7 +3,9 @@
 network-namespace host, every link shaped to RATE both ways.
 
     python benchmarks/peers.py --horovod-python PY [--rate 200mbit] [--workers 2 3 4]
-                               [--rounds 2] [--epochs 4] [--timeline 3 4] [--json FILE]
+                               [--rounds 2] [--epochs 4] [--arms ARM ...]
+                               [--variant LABEL=K=V[,K=V] ...] [--timeline 3 4]
+                               [--timeline-arms ARM ...] [--json FILE]
 
 (as root; tests/netns.py's hosts.) PY is a Python with ``mxnet==1.9.1``, ``numpy<1.24`` and
 ``horovod==0.28.1`` built with Gloo (docs/measured.md says how to install it); gluondist runs
@@ -23,6 +25,9 @@ The figure of a job is the median epoch time after its first epoch (worker 0's c
 epoch to the end of its last update); of an arm, the median over the rounds. Beside each, the
 byte bound: the busiest link direction's bytes per step (gluondist.bench.model for the
 parameter server, 2M(W-1)/W for the ring) at RATE, times 10 steps.
+
+``--variant LABEL=K=V[,K=V]`` adds an arm ``gluondist S=W LABEL``: S=W with those settings
+(``--env``), such as other chunk sizes or chunks in flight.
 
 ``--timeline W ...``: for those worker counts, one more job of each of ``--timeline-arms``
 (default ``gluondist S=W`` and ``horovod``), with every link's byte counters sampled every 10 ms (from the bridge's side
@@ -63,7 +68,7 @@ def rate_bits(rate: str) -> float:
     raise SystemExit(f"--rate {rate}: give it as tc does, such as 200mbit or 1gbit")
 
 
-def bound_s(arm: str, workers: int, bits: float) -> float:
+def bound_s(arm: str, workers: int, bits: float, chunk_bytes: int = CHUNK_BYTES) -> float:
     """The epoch's time if the busiest link direction were never idle."""
     if arm == "horovod":
         per_step = 2 * sum(SIZES) * 4 * (workers - 1) / workers
@@ -71,19 +76,20 @@ def bound_s(arm: str, workers: int, bits: float) -> float:
         hosts = tuple(f"h{i}" for i in range(workers))
         servers = {"gluondist S=1": hosts[:1], "gluondist S=W": hosts,
                    "gluondist dedicated": tuple(f"s{i}" for i in range(workers))}[arm]
-        sent = [b - a for n in SIZES for a, b in chunk_bounds(n, 4, CHUNK_BYTES)]
+        sent = [b - a for n in SIZES for a, b in chunk_bounds(n, 4, chunk_bytes)]
         per_step = link_bytes(Layout(hosts, servers), sent).bound()
     return STEPS * per_step * 8 / bits
 
 
-def gluondist_job(cluster, work, arm, workers, epochs, stamps=None):
+def gluondist_job(cluster, work, arm, workers, epochs, stamps=None, env=None):
     hosts, extra = cluster.hosts[:workers], cluster.hosts[workers:2 * workers]
+    settings = [f"--env={k}={v}" for k, v in (env or {}).items()]
     servers = 1 if arm == "gluondist S=1" else workers
     layout = ["--server-hosts", ",".join(extra)] if arm == "gluondist dedicated" else []
     out = os.path.join(work, "epochs.json")
     argv = [sys.executable, "-m", "gluondist.cli", "launch", "--launcher", "ssh",
             "--ssh-config", cluster.ssh_config, "-H", ",".join(f"{h}:1" for h in hosts),
-            "-n", str(workers), "-s", str(servers), *layout, TRAIN, "gluondist", out,
+            "-n", str(workers), "-s", str(servers), *layout, *settings, TRAIN, "gluondist", out,
             str(epochs), *([stamps] if stamps else [])]
     run(argv, work)
     return out
@@ -126,13 +132,13 @@ def run(argv, work, timeout=600):
             raise SystemExit(f"{argv[:6]}... exited {code}:\n{f.read()[-3000:]}")
 
 
-def job(cluster, tmp, python, arm, workers, epochs, stamps=None):
-    """The job's epoch times (worker 0's)."""
+def job(cluster, tmp, python, arm, workers, epochs, stamps=None, env=None):
+    """The job's epoch times (worker 0's); ``env``: a variant's settings (gluondist only)."""
     work = tempfile.mkdtemp(dir=tmp)
     if arm == "horovod":
         out = horovod_job(cluster, work, python, workers, epochs, stamps)
     else:
-        out = gluondist_job(cluster, work, arm, workers, epochs, stamps)
+        out = gluondist_job(cluster, work, arm, workers, epochs, stamps, env)
     with open(out) as f:
         return json.load(f)["epoch_seconds"]
 
@@ -234,6 +240,9 @@ def main():
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--timeline", type=int, nargs="*", default=[3, 4], metavar="W")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    parser.add_argument("--variant", action="append", default=[], metavar="LABEL=K=V[,K=V]",
+                        help="one more arm: gluondist S=W with these --env settings, such "
+                             "as c256k4=GLUONDIST_CHUNK_BYTES=262144,GLUONDIST_CHUNKS_IN_FLIGHT=4")
     parser.add_argument("--timeline-arms", nargs="+", default=["gluondist S=W", "horovod"],
                         choices=ARMS, metavar="ARM")
     parser.add_argument("--json", metavar="FILE")
@@ -253,6 +262,16 @@ def main():
                          f"(docs/measured.md says how to install it): {probe.stderr[-300:]}")
     bits = rate_bits(args.rate)
     most = max(args.workers + args.timeline)
+    variants = {}  # arm: (its base arm, its settings)
+    for text in args.variant:
+        label, _, settings = text.partition("=")
+        try:
+            env = dict(kv.split("=", 1) for kv in settings.split(","))
+        except ValueError:
+            parser.error(f"--variant {text}: give LABEL=K=V[,K=V]")
+        variants[f"gluondist S=W {label}"] = ("gluondist S=W", env)
+    args.arms = args.arms + list(variants)
+    base = lambda arm: variants.get(arm, (arm, None))
     runs = {(w, arm): [] for w in args.workers for arm in args.arms}
     result = {"command": "python " + " ".join(sys.argv), "rate": args.rate,
               "epochs": args.epochs, "steps": STEPS, "chunk_bytes": CHUNK_BYTES,
@@ -263,7 +282,9 @@ def main():
         for r in range(args.rounds):
             for w in args.workers:
                 for arm in (args.arms if r % 2 == 0 else args.arms[::-1]):
-                    seconds = job(cluster, tmp, args.horovod_python, arm, w, args.epochs)
+                    arm_of, env = base(arm)
+                    seconds = job(cluster, tmp, args.horovod_python, arm_of, w, args.epochs,
+                                  env=env)
                     runs[w, arm].append(statistics.median(seconds[1:]))
                     print(f"round {r + 1}, W={w}, {arm}: {runs[w, arm][-1]:.2f} s an epoch "
                           f"({', '.join(f'{s:.2f}' for s in seconds)})", flush=True)
@@ -276,8 +297,11 @@ def main():
         horovod = statistics.median(runs[w, "horovod"]) if runs.get((w, "horovod")) else None
         for arm in (a for a in args.arms if runs[w, a]):  # --rounds 0: timelines only
             epoch = statistics.median(runs[w, arm])
-            row = {"workers": w, "arm": arm, "epoch_s": epoch, "rounds": runs[w, arm],
-                   "bound_s": bound_s(arm, w, bits), "horovod_speed_ratio":
+            arm_of, env = base(arm)
+            chunk = int((env or {}).get("GLUONDIST_CHUNK_BYTES", CHUNK_BYTES))
+            row = {"workers": w, "arm": arm, "env": env, "epoch_s": epoch,
+                   "rounds": runs[w, arm], "bound_s": bound_s(arm_of, w, bits, chunk),
+                   "horovod_speed_ratio":
                    None if horovod is None else horovod / epoch}
             row["over_bound"] = epoch / row["bound_s"]
             result["rows"].append(row)
