@@ -31,8 +31,9 @@ class ArrayRecordDataset(mx.gluon.data.RecordFileDataset):
     ``shape`` and ``dtype`` as float32, ``y`` its label as float32 (a number, or an array).
 
     Only the ``.idx`` is held in memory (MXNet's reader keeps it in a dict and a list, 100
-    to 170 bytes a record: docs/recordio.md); each sample is read from the file when indexed. It works in a
-    ``DataLoader`` with worker processes: MXNet's reader opens the file again in each."""
+    to 170 bytes a record: docs/recordio.md); each sample is read from the file when
+    indexed. It works in a ``DataLoader`` with worker processes: MXNet's reader opens the
+    file again in each."""
 
     def __init__(self, filename: str, shape: Sequence[int], dtype="uint8"):
         super().__init__(filename)

@@ -18,7 +18,7 @@ import re
 import shutil
 import threading
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -120,16 +120,16 @@ class Writer:
     :meth:`submit` waits for the write before it if that one is still running, and says so
     once per Writer, with what would help, unless one of the two is an epoch's end and the
     other a step checkpoint (one falls a few steps before or after an epoch's end, which a
-    larger ``checkpoint_every`` does not avoid); a write that failed is raised by the next :meth:`raise_failed`,
-    :meth:`submit` or :meth:`drain`, never lost. The thread is not a daemon: a process that
-    ends normally finishes its last write first."""
+    larger ``checkpoint_every`` does not avoid); a write that failed is raised by the next
+    :meth:`raise_failed`, :meth:`submit` or :meth:`drain`, never lost. The thread is not a
+    daemon: a process that ends normally finishes its last write first."""
 
     def __init__(self, directory):
         self.directory = directory
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
         self._said = False
-        self._writing: Optional[Tuple[int, Optional[int]]] = None  # (epoch, batch) in flight
+        self._step_in_flight = False  # the write in flight is a step checkpoint's
         self._written: Optional[Snapshot] = None  # the last snapshot written, for its arrays
 
     def submit(self, epoch: int, batch: Optional[int], take) -> None:
@@ -137,19 +137,19 @@ class Writer:
         before it is complete; ``spare`` is that one's snapshot, whose arrays ``take`` may
         copy into (see :meth:`Snapshot.take`)."""
         if self._thread is not None and self._thread.is_alive():
-            steps = (batch is not None, self._writing[1] is not None)  # step checkpoints?
-            if not self._said and steps[0] == steps[1]:  # not across an epoch's end
+            step = batch is not None
+            if not self._said and step == self._step_in_flight:  # not across an epoch's end
                 self._said = True
                 log.warning("fit: the checkpoint of %s waits for the one before it, still being "
                             "written (%s)", where(epoch, batch),
                             "writes take longer than the steps between checkpoints: raise "
-                            "checkpoint_every" if steps[0] else
+                            "checkpoint_every" if step else
                             "writes take longer than an epoch: fit waits for each")
             self._thread.join()
         self.raise_failed()
         snapshot = take(self._written)
         self._written = None  # its arrays are the new snapshot's now
-        self._writing = (epoch, batch)
+        self._step_in_flight = batch is not None
         self._thread = threading.Thread(target=self._write, args=(snapshot,),
                                         name="gluondist-checkpoint")
         self._thread.start()

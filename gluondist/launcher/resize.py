@@ -100,13 +100,14 @@ STEADY = 3  # runs of the script in a row that list a new host before its slots 
 class Grower:
     """While an attempt of a job with --host-discovery runs: when the hosts discovered hold
     more slots than it has workers, and fewer than MAX run, it asks the workers (once) to stop
-    after their next checkpoint (an epoch's end, or a step checkpoint); the supervisor then starts the job again,
-    larger. New hosts are checked by the backend first (once per attempt each), and the script
-    is run once more right before asking (``recheck``: the supervisor gives its watch's
-    ``run_now``, so a failure then is said by the watch's rule, and the listing just given
-    holds): a host that is gone again by then asks nothing, so the job does not stop to start
-    again with as many workers (issue 36, defect 9). A new host counts only once
-    :data:`STEADY` runs in a row listed it, so one that flaps in and out never asks."""
+    after their next checkpoint (an epoch's end, or a step checkpoint); the supervisor then
+    starts the job again, larger. New hosts are checked by the backend first (once per
+    attempt each), and the script is run once more right before asking (``recheck``: the
+    supervisor gives its watch's ``run_now``, so a failure then is said by the watch's rule,
+    and the listing just given holds): a host that is gone again by then asks nothing, so the
+    job does not stop to start again with as many workers (issue 36, defect 9). A new host
+    counts only once :data:`STEADY` runs in a row listed it, so one that flaps in and out
+    never asks."""
 
     def __init__(self, job: LaunchOptions, backend: Backend, show: Show):
         self.job, self.backend, self.show = job, backend, show
