@@ -278,6 +278,17 @@ def pytest_collection_modifyitems(items):
     items[:] = slow + [item for item in items if not item.get_closest_marker("slow")]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _font_list():
+    """matplotlib lists the fonts with ``fc-list`` (a process) the first time it is imported
+    on a machine, then keeps the list in its cache: done here, before any test, so that a unit
+    test that draws a plot starts no process on a fresh machine either."""
+    try:
+        import matplotlib.font_manager  # noqa: F401
+    except ImportError:
+        pass
+
+
 @pytest.fixture(autouse=True)
 def _unit_tests_start_no_process(request, monkeypatch):
     """tests/unit/ is the pure tier: a test there that starts a process (subprocess, a fork)
