@@ -4,7 +4,8 @@ network-namespace host, every link shaped to RATE both ways.
 
     python benchmarks/peers.py --horovod-python PY [--rate 200mbit] [--workers 2 3 4]
                                [--rounds 2] [--epochs 4] [--arms ARM ...]
-                               [--variant LABEL=K=V[,K=V] ...] [--timeline 3 4]
+                               [--env K=V ...] [--variant LABEL=K=V[,K=V] ...]
+                               [--timeline 3 4]
                                [--timeline-arms ARM ...] [--json FILE]
 
 (as root; tests/netns.py's hosts.) PY is a Python with ``mxnet==1.9.1``, ``numpy<1.24`` and
@@ -24,19 +25,24 @@ from round to round), one job of each arm:
 The figure of a job is the median epoch time after its first epoch (worker 0's clock, each
 epoch to the end of its last update); of an arm, the median over the rounds. Beside each, the
 byte bound: the busiest link direction's bytes per step (gluondist.bench.model for the
-parameter server, 2M(W-1)/W for the ring) at RATE, times 10 steps.
+parameter server, 2M(W-1)/W for the ring) at RATE, times 10 steps. And per job, the packets
+the links dropped (tc tbf's queues, both ends of every host's cable) and the TCP segments the
+hosts sent again, summed over the hosts (``dropped_resent``).
 
-``--variant LABEL=K=V[,K=V]`` adds an arm ``gluondist S=W LABEL``: S=W with those settings
-(``--env``), such as other chunk sizes or chunks in flight.
+``--env K=V`` sets K=V in every gluondist job (``gluondist launch --env``), such as
+GLUONDIST_CHUNK_BYTES=65536; ``--variant LABEL=K=V[,K=V]`` adds an arm ``gluondist S=W
+LABEL``: S=W with those settings as well (over --env's), such as other chunk sizes or chunks
+in flight.
 
 ``--timeline W ...``: for those worker counts, one more job of each of ``--timeline-arms``
-(default ``gluondist S=W`` and ``horovod``), with every link's byte counters sampled every 10 ms (from the bridge's side
-of each host's cable, /sys/class/net/PORT/statistics) and worker 0's step times; saved in the
-JSON for benchmarks/plots.py's timeline.
+(default ``gluondist S=W`` and ``horovod``), with every link's byte counters sampled every
+10 ms (from the bridge's side of each host's cable, /sys/class/net/PORT/statistics) and
+worker 0's step times; saved in the JSON for benchmarks/plots.py's timeline.
 """
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -44,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
@@ -132,6 +139,22 @@ def run(argv, work, timeout=600):
             raise SystemExit(f"{argv[:6]}... exited {code}:\n{f.read()[-3000:]}")
 
 
+def losses(cluster) -> Tuple[int, int]:
+    """Packets every host's links have dropped so far (tc tbf's queue, both ends of each
+    host's cable) and TCP segments every host has sent again."""
+    drops = retrans = 0
+    for h in cluster.hosts:
+        for where, dev in ((cluster.ns[h], "eth0"), (cluster.bridge_ns, cluster.port[h])):
+            shown = subprocess.run(["ip", "netns", "exec", where, "tc", "-s", "qdisc", "show",
+                                    "dev", dev], capture_output=True, text=True, check=True)
+            drops += int(re.search(r"dropped (\d+)", shown.stdout).group(1))
+        snmp = subprocess.run(["ip", "netns", "exec", cluster.ns[h], "cat", "/proc/net/snmp"],
+                              capture_output=True, text=True, check=True).stdout.splitlines()
+        names, values = [line.split() for line in snmp if line.startswith("Tcp:")]
+        retrans += int(values[names.index("RetransSegs")])
+    return drops, retrans
+
+
 def job(cluster, tmp, python, arm, workers, epochs, stamps=None, env=None):
     """The job's epoch times (worker 0's); ``env``: a variant's settings (gluondist only)."""
     work = tempfile.mkdtemp(dir=tmp)
@@ -198,7 +221,7 @@ def sample(path, ports):
         json.dump(out, f)
 
 
-def timeline(cluster, tmp, python, arm, workers, epochs, bits):
+def timeline(cluster, tmp, python, arm, workers, epochs, bits, env=None):
     """One job with its links sampled: the epoch before the last's steps, and each link's
     rate per sample in that window (Mbit/s), idle share (below 10% of the rate)."""
     work = tempfile.mkdtemp(dir=tmp)
@@ -206,7 +229,7 @@ def timeline(cluster, tmp, python, arm, workers, epochs, bits):
     hosts = cluster.hosts[:workers] + (cluster.hosts[workers:2 * workers]
                                        if arm == "gluondist dedicated" else [])
     with Sampler(cluster, hosts, os.path.join(work, "links.json")) as sampler:
-        seconds = job(cluster, tmp, python, arm, workers, epochs, stamps)
+        seconds = job(cluster, tmp, python, arm, workers, epochs, stamps, env)
     links = sampler.read()
     with open(stamps) as f:
         steps = json.load(f)
@@ -240,6 +263,8 @@ def main():
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--timeline", type=int, nargs="*", default=[3, 4], metavar="W")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    parser.add_argument("--env", action="append", default=[], metavar="K=V",
+                        help="set in every gluondist job, such as GLUONDIST_CHUNK_BYTES=65536")
     parser.add_argument("--variant", action="append", default=[], metavar="LABEL=K=V[,K=V]",
                         help="one more arm: gluondist S=W with these --env settings, such "
                              "as c256k4=GLUONDIST_CHUNK_BYTES=262144,GLUONDIST_CHUNKS_IN_FLIGHT=4")
@@ -262,6 +287,12 @@ def main():
                          f"(docs/measured.md says how to install it): {probe.stderr[-300:]}")
     bits = rate_bits(args.rate)
     most = max(args.workers + args.timeline)
+    common = {}
+    for text in args.env:
+        key, eq, value = text.partition("=")
+        if not eq or not key:
+            parser.error(f"--env {text}: give K=V")
+        common[key] = value
     variants = {}  # arm: (its base arm, its settings)
     for text in args.variant:
         label, _, settings = text.partition("=")
@@ -269,12 +300,14 @@ def main():
             env = dict(kv.split("=", 1) for kv in settings.split(","))
         except ValueError:
             parser.error(f"--variant {text}: give LABEL=K=V[,K=V]")
-        variants[f"gluondist S=W {label}"] = ("gluondist S=W", env)
+        variants[f"gluondist S=W {label}"] = ("gluondist S=W", {**common, **env})
     args.arms = args.arms + list(variants)
-    base = lambda arm: variants.get(arm, (arm, None))
+    base = lambda arm: variants.get(arm, (arm, None if arm == "horovod" else common or None))
     runs = {(w, arm): [] for w in args.workers for arm in args.arms}
+    lost = {key: [] for key in runs}  # [drops, retransmissions] per job
     result = {"command": "python " + " ".join(sys.argv), "rate": args.rate,
-              "epochs": args.epochs, "steps": STEPS, "chunk_bytes": CHUNK_BYTES,
+              "epochs": args.epochs, "steps": STEPS, "env": common,
+              "chunk_bytes": int(common.get("GLUONDIST_CHUNK_BYTES", CHUNK_BYTES)),
               "load_1min": [os.getloadavg()[0]], "rows": [], "timelines": []}
     with tempfile.TemporaryDirectory() as tmp, \
             netns.Cluster(2 * most, os.path.join(tmp, "net"), rate=args.rate,
@@ -283,15 +316,19 @@ def main():
             for w in args.workers:
                 for arm in (args.arms if r % 2 == 0 else args.arms[::-1]):
                     arm_of, env = base(arm)
+                    before = losses(cluster)
                     seconds = job(cluster, tmp, args.horovod_python, arm_of, w, args.epochs,
                                   env=env)
+                    lost[w, arm].append([b - a for a, b in zip(before, losses(cluster))])
                     runs[w, arm].append(statistics.median(seconds[1:]))
                     print(f"round {r + 1}, W={w}, {arm}: {runs[w, arm][-1]:.2f} s an epoch "
-                          f"({', '.join(f'{s:.2f}' for s in seconds)})", flush=True)
+                          f"({', '.join(f'{s:.2f}' for s in seconds)}); packets dropped, "
+                          f"segments sent again: {lost[w, arm][-1]}", flush=True)
         for w in args.timeline:
             for arm in args.timeline_arms:
                 result["timelines"].append(
-                    timeline(cluster, tmp, args.horovod_python, arm, w, args.epochs, bits))
+                    timeline(cluster, tmp, args.horovod_python, arm, w, args.epochs, bits,
+                             base(arm)[1]))
     result["load_1min"].append(os.getloadavg()[0])
     for w in args.workers:
         horovod = statistics.median(runs[w, "horovod"]) if runs.get((w, "horovod")) else None
@@ -301,6 +338,7 @@ def main():
             chunk = int((env or {}).get("GLUONDIST_CHUNK_BYTES", CHUNK_BYTES))
             row = {"workers": w, "arm": arm, "env": env, "epoch_s": epoch,
                    "rounds": runs[w, arm], "bound_s": bound_s(arm_of, w, bits, chunk),
+                   "dropped_resent": lost[w, arm],
                    "horovod_speed_ratio":
                    None if horovod is None else horovod / epoch}
             row["over_bound"] = epoch / row["bound_s"]

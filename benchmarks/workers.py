@@ -1,6 +1,7 @@
 """Throughput against the number of workers on link-bound hosts, beside the cost model.
 
-    python benchmarks/workers.py [--rate 200mbit] [--mbytes 8] [--most 4] [--json FILE]
+    python benchmarks/workers.py [--rate 200mbit] [--mbytes 8] [--most 4]
+                                 [--chunk-bytes N] [--json FILE]
 
 (as root; `benchmarks/plots.py` draws workers.png from the --json file.) A cluster of
 network-namespace hosts (tests/netns.py: each host its own network stack, sshd and one link
@@ -8,7 +9,8 @@ shaped to RATE both ways) of --most worker hosts and one more. For W = 1 .. --mo
 each on a host of its own, one `gluondist bench kvstore -n W --servers W` over ssh, which runs
 two jobs: the W servers on the workers' hosts, one each (colocated), then all W on the extra
 host (dedicated, --server-hosts). The throughput is the gradient megabytes the W workers
-synchronise per second: W x MBYTES / step time.
+synchronise per second: W x MBYTES / step time. ``--chunk-bytes`` is the bench's (default
+gluondist.kvstore.CHUNK_BYTES).
 
 The cost model (gluondist.bench.model) counts each job's bytes on every link. It is calibrated
 once for the whole sweep, by the one-worker dedicated job (its bytes cross one link each way),
@@ -34,14 +36,15 @@ GLUONDIST = [sys.executable, "-m", "gluondist.cli"]
 STEPS = 8
 
 
-def bench(cluster, workers, mbytes):
+def bench(cluster, workers, mbytes, chunk_bytes):
     """The bench's JSON object for ``workers`` workers: its colocated row, then its dedicated."""
     hosts, extra = cluster.hosts[:workers], cluster.hosts[-1]
     out = subprocess.run(
         [*GLUONDIST, "bench", "kvstore", "--launcher", "ssh", "--ssh-config",
          cluster.ssh_config, "-H", ",".join(f"{h}:1" for h in hosts), "--server-hosts",
          f"{extra}:{workers}", "-n", str(workers), "--servers", str(workers), "--mbytes",
-         str(mbytes), "--keys", "1", "--steps", str(STEPS), "--json"],
+         str(mbytes), "--keys", "1", "--steps", str(STEPS), "--chunk-bytes", str(chunk_bytes),
+         "--json"],
         capture_output=True, text=True, timeout=1200)
     if out.returncode != 0:
         raise SystemExit(out.stderr)
@@ -79,6 +82,7 @@ def main():
     parser.add_argument("--rate", default="200mbit")
     parser.add_argument("--mbytes", type=float, default=8)
     parser.add_argument("--most", type=int, default=4, help="the largest worker count")
+    parser.add_argument("--chunk-bytes", type=int, default=CHUNK_BYTES)
     parser.add_argument("--json", metavar="FILE", help="write the sweep's rows to FILE")
     args = parser.parse_args()
     reason = netns.unavailable()
@@ -88,10 +92,10 @@ def main():
     with tempfile.TemporaryDirectory() as tmp, \
             netns.Cluster(args.most + 1, tmp, rate=args.rate) as cluster:
         for workers in range(1, args.most + 1):
-            for row in bench(cluster, workers, args.mbytes)["rows"]:
+            for row in bench(cluster, workers, args.mbytes, args.chunk_bytes)["rows"]:
                 kind = "colocated" if row["layout"] == "one host" else row["layout"]
                 measured.append((workers, kind, row["step_s"], row["link_efficiency"]))
-    rows = sweep_rows(measured, args.mbytes)
+    rows = sweep_rows(measured, args.mbytes, args.chunk_bytes)
     for r in rows:
         model = "-" if r["predicted_mb_per_s"] is None else f"{r['predicted_mb_per_s']:.1f}"
         print(f"W={r['workers']} {r['layout']:>9}: step {r['step_s']:.3f} s, "
@@ -99,7 +103,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rate": args.rate, "mbytes": args.mbytes, "steps": STEPS,
-                       "chunk_bytes": CHUNK_BYTES, "chunks_in_flight": CHUNKS_IN_FLIGHT,
+                       "chunk_bytes": args.chunk_bytes, "chunks_in_flight": CHUNKS_IN_FLIGHT,
                        "calibrated_by": "1 worker, dedicated",
                        "load_1min": [load, os.getloadavg()[0]], "rows": rows}, f, indent=1)
             f.write("\n")
