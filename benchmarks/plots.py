@@ -10,15 +10,18 @@ Reads (each written by the command in parentheses, run from benchmarks/):
   workers.json          (python workers.py --json results/workers.json, as root)
   compression_accuracy.json  (python compression_accuracy.py --json
                               results/compression_accuracy.json)
-  peers.json            (python peers.py --horovod-python PY --json results/peers.json, as root)
+  peers.json            (python peers.py --horovod-python PY --variant
+                         c512=GLUONDIST_CHUNK_BYTES=524288 --json results/peers.json, as root)
+  peers_512k.json       (python peers.py --horovod-python PY --json results/peers_512k.json,
+                         as root, when 512 KiB was the chunk size)
 and writes fit_vs_hand.png (each pair's fit/hand ratio, arrays and DataLoader), kvstore.png
 (the bench table: step time against servers per layout, with the cost model's line),
 workers.png (throughput against workers, per layout, with the cost model's line),
 compression_accuracy.png (validation accuracy per epoch, a line per compression, a panel per
 model), peers.png (epoch time against workers, gluondist's layouts and Horovod, with each
-one's byte bound), links.png (each link's rate over one epoch, gluondist against Horovod, per
-worker count of peers.py's --timeline) and learning_curve.png (History.plot of the first fit on docs/index.md, its block run
-as it is).
+one's byte bound), links.png (each link's rate over one epoch, gluondist with 512 KiB chunks
+and as it is against Horovod, per worker count of peers.py's --timeline) and
+learning_curve.png (History.plot of the first fit on docs/index.md, its block run as it is).
 """
 import argparse
 import json
@@ -143,15 +146,24 @@ def peers(results, path):
 def links(results, path):
     """Each host's link over one epoch (Mbit/s received, sampled every 10 ms; the y axis stops
     at twice the rate, above which a sample only says the sampler woke late): a column per
-    system, a row per worker count of the timelines."""
+    system, a row per worker count of the timelines. gluondist's first with the chunks before
+    issue 34 (peers_512k.json, the run that found why its links idled), then as they are."""
     from matplotlib.figure import Figure
-    with open(os.path.join(results, "peers.json")) as f:
-        saved = json.load(f)
-    counts = sorted({t["workers"] for t in saved["timelines"]})
-    arms = list(dict.fromkeys(t["arm"] for t in saved["timelines"]))
-    fig = Figure(figsize=(11, 3 * len(counts)))
+    timelines = []
+    for name in ("peers_512k.json", "peers.json"):
+        with open(os.path.join(results, name)) as f:
+            saved = json.load(f)
+        for tl in saved["timelines"]:
+            if tl["arm"] != "horovod":
+                timelines.append({**tl, "arm": f"{tl['arm']}, {saved['chunk_bytes'] >> 10} "
+                                                 "KiB chunks"})
+            elif name == "peers.json":
+                timelines.append(tl)
+    counts = sorted({t["workers"] for t in timelines})
+    arms = list(dict.fromkeys(t["arm"] for t in timelines))
+    fig = Figure(figsize=(5 * len(arms), 3 * len(counts)))
     axes = fig.subplots(len(counts), len(arms), squeeze=False, sharey=True)
-    for tl in saved["timelines"]:
+    for tl in timelines:
         ax = axes[counts.index(tl["workers"])][arms.index(tl["arm"])]
         for name, series in tl["links"].items():
             if name.endswith(" down"):
@@ -159,7 +171,8 @@ def links(results, path):
                         label=f"{name[:-5]} ({series['idle_share']:.0%} idle)")
         for t in tl["steps"]:
             ax.axvline(t, color="grey", linewidth=0.4)
-        ax.set_title(f"{tl['arm']}, {tl['workers']} workers: epoch {tl['epoch_seconds'][-1]:.2f} s")
+        ax.set_title(f"{tl['arm']}, {tl['workers']} workers: epoch "
+                     f"{tl['epoch_seconds'][-1]:.2f} s", fontsize="small")
         ax.set_xlabel("s into the epoch (grey: worker 0 issues a step)")
         ax.legend(fontsize="x-small", loc="lower right")
     number, unit = saved["rate"][:-4], saved["rate"][-4:]  # peers.py's --rate: 200mbit

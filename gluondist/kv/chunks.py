@@ -13,12 +13,20 @@ from .. import envvars
 # computed in a C int; bigger arrays are sliced over every server without that product.
 SERVER_HASH = 9973
 
-# 512 KiB: the pull of a step's last chunk, which no push overlaps, is then 1/16 of an 8 MB
-# gradient's time (1 MiB capped a link-bound job near 0.89 of raw TCP); smaller chunks cost
-# more per byte on a fast link (each is a message for the server, and Python's calls).
-# A model of small layers sends as before. Each chunk is below MXNet's big-array bound, so it
-# goes whole to one server, and consecutive keys alternate between servers
-# ((key * SERVER_HASH) % servers).
+# 512 KiB. Two costs pull a chunk's size apart. A chunk's pull can start only once every
+# worker's push of it has arrived, and a worker's chunks in flight (CHUNKS_IN_FLIGHT per
+# server) must fit in the links' queues: on slow links smaller chunks win. On 200 Mbit/s
+# namespace hosts whose queues hold 1.25 MB, 512 KiB (3 to 4 MiB in flight at 3 and 4
+# servers) overflowed them, each lost packet holding up every worker, while 64 KiB lost none
+# and took 0.88 and 0.84 of the time (benchmarks/peers.py, benchmarks/results/peers.json).
+# But each chunk is also a message for a server and a few Python calls, about 0.3 ms here:
+# where no link limits the step, on one host, 64 KiB took 2.0 to 2.8 times as long as 512 KiB
+# (benchmarks/chunk_size.py, benchmarks/results/chunk_size.json), and at that cost 64 KiB
+# chunks move at most about 200 MB/s, less than a 10 Gbit/s link. So the default suits fast links and
+# one host, and slow links (up to about 1 Gbit/s) want GLUONDIST_CHUNK_BYTES=65536. Each
+# chunk is below MXNet's big-array bound, so it goes whole to one server, and consecutive
+# keys alternate between servers ((key * SERVER_HASH) % servers). A model of small layers
+# sends as before.
 CHUNK_BYTES = 1 << 19
 
 
@@ -27,10 +35,9 @@ MIN_CHUNK_BYTES = 1024  # below this the keys, not the bytes, would cost the tim
 # Chunks a worker has on the wire at once, per server: pushed, their sums not yet pulled back
 # (as BytePS's scheduling credit). Pushes beyond these only wait in the link's queue, where
 # the TCP acknowledgements of the pulls coming the other way wait behind them, and the pulls
-# slow down. On two namespace hosts at 200 Mbit/s raw TCP in this pattern reached 0.82 to
-# 0.92 of a one-way stream with every 1 MiB chunk in flight, 0.96 to 0.97 with two of 512 KiB
-# (benchmarks/tcp_window.py, docs/servers.md). Per server, as each server's link needs its
-# own pipeline. 0: no bound.
+# slow down (benchmarks/tcp_window.py measures that pattern in raw TCP). Per server, as each
+# server's link needs its own pipeline: 2 keeps one chunk moving while the other's reply is
+# on its way. 0: no bound.
 CHUNKS_IN_FLIGHT = 2
 
 
