@@ -58,6 +58,8 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 import netns  # noqa: E402
 from gluondist.bench.model import Layout, link_bytes  # noqa: E402
 from gluondist.kv.chunks import CHUNK_BYTES, chunk_bounds  # noqa: E402
+from gluondist.launcher.errors import LaunchError  # noqa: E402
+from gluondist.launcher.options import env_pairs  # noqa: E402
 
 TRAIN = os.path.join(HERE, "peer_train.py")
 STEPS = 10  # peer_train.STEPS
@@ -287,18 +289,16 @@ def main():
                          f"(docs/measured.md says how to install it): {probe.stderr[-300:]}")
     bits = rate_bits(args.rate)
     most = max(args.workers + args.timeline)
-    common = {}
-    for text in args.env:
-        key, eq, value = text.partition("=")
-        if not eq or not key:
-            parser.error(f"--env {text}: give K=V")
-        common[key] = value
+    try:
+        common = env_pairs(args.env)
+    except LaunchError as exc:
+        parser.error(str(exc))
     variants = {}  # arm: (its base arm, its settings)
     for text in args.variant:
         label, _, settings = text.partition("=")
         try:
-            env = dict(kv.split("=", 1) for kv in settings.split(","))
-        except ValueError:
+            env = env_pairs(settings.split(","))
+        except LaunchError:
             parser.error(f"--variant {text}: give LABEL=K=V[,K=V]")
         variants[f"gluondist S=W {label}"] = ("gluondist S=W", {**common, **env})
     args.arms = args.arms + list(variants)

@@ -10,8 +10,9 @@ Reads (each written by the command in parentheses, run from benchmarks/):
   workers.json          (python workers.py --json results/workers.json, as root)
   compression_accuracy.json  (python compression_accuracy.py --json
                               results/compression_accuracy.json)
-  peers.json            (python peers.py --horovod-python PY --variant
-                         c512=GLUONDIST_CHUNK_BYTES=524288 --json results/peers.json, as root)
+  peers.json            (python peers.py --horovod-python PY --env GLUONDIST_CHUNK_BYTES=65536
+                         --variant c512=GLUONDIST_CHUNK_BYTES=524288 --json results/peers.json,
+                         as root)
   peers_512k.json       (python peers.py --horovod-python PY --json results/peers_512k.json,
                          as root, when 512 KiB was the chunk size)
 and writes fit_vs_hand.png (each pair's fit/hand ratio, arrays and DataLoader), kvstore.png
@@ -153,6 +154,7 @@ def links(results, path):
     for name in ("peers_512k.json", "peers.json"):
         with open(os.path.join(results, name)) as f:
             saved = json.load(f)
+        rate_text = saved["rate"]  # peers.py's --rate (200mbit): the same in both runs
         for tl in saved["timelines"]:
             if tl["arm"] != "horovod":
                 timelines.append({**tl, "arm": f"{tl['arm']}, {saved['chunk_bytes'] >> 10} "
@@ -175,7 +177,7 @@ def links(results, path):
                      f"{tl['epoch_seconds'][-1]:.2f} s", fontsize="small")
         ax.set_xlabel("s into the epoch (grey: worker 0 issues a step)")
         ax.legend(fontsize="x-small", loc="lower right")
-    number, unit = saved["rate"][:-4], saved["rate"][-4:]  # peers.py's --rate: 200mbit
+    number, unit = rate_text[:-4], rate_text[-4:]
     rate = float(number) * {"kbit": 1e-3, "mbit": 1, "gbit": 1e3}[unit]
     for row in axes:
         row[0].set_ylabel("received, Mbit/s")
