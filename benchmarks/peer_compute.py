@@ -1,0 +1,102 @@
+"""The floor under benchmarks/peers.py's colocated servers: what no schedule of the same bytes
+can beat, next to 1/1.05 of Horovod's epoch time (issue 34's target).
+
+    python benchmarks/peer_compute.py [--repeats 50] [--json FILE]
+
+Times, on this machine with nothing else running, peer_train.py's net and settings (one
+OpenMP thread): the forward and backward pass of one step's 64 samples, and SGD with
+momentum's update of its parameters; the median of ``--repeats`` of each, alternating. A
+step's update starts only when its last gradient chunk is back, and the next forward only when
+the update has written the weights, so both sit between two steps' traffic on every link.
+
+The floor of an epoch at W workers with a server on each worker's host is then 10 steps of
+(the kvstore alone moving the net's bytes, from benchmarks/results/workers_64k.json's
+colocated row, scaled from its 8 MiB to the net's bytes + the forward and backward pass +
+the update), against the epoch time 1.05 times as fast as Horovod's in
+benchmarks/results/peers.json. It is a floor: the workers share this machine's 2 cores with
+the servers there, which only makes both passes slower.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import peer_train  # noqa: E402  (sets OMP_NUM_THREADS before MXNet starts)
+
+mx, np = peer_train.mx, peer_train.np
+RESULTS = os.path.join(HERE, "results")
+
+
+def phases(repeats: int) -> dict:
+    """Median seconds of the forward and backward pass, and of the update, of one step."""
+    net = peer_train.net()
+    net.initialize(mx.init.Xavier())
+    trainer = mx.gluon.Trainer(net.collect_params(), "sgd", dict(peer_train.OPT), kvstore=None)
+    loss_fn = mx.gluon.loss.SoftmaxCrossEntropyLoss()
+    X, y = peer_train.data(1)
+    x, label = mx.nd.array(X[:peer_train.BATCH]), mx.nd.array(y[:peer_train.BATCH])
+    times = {"forward_backward_s": [], "update_s": []}
+    for i in range(repeats + 3):  # 3 to warm up
+        started = time.perf_counter()
+        with mx.autograd.record():
+            loss = loss_fn(net(x), label)
+        loss.backward()
+        mx.nd.waitall()
+        passed = time.perf_counter()
+        trainer.update(peer_train.BATCH)
+        mx.nd.waitall()
+        if i >= 3:
+            times["forward_backward_s"].append(passed - started)
+            times["update_s"].append(time.perf_counter() - passed)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def floors(step: dict) -> list:
+    with open(os.path.join(RESULTS, "workers_64k.json")) as f:
+        workers = json.load(f)
+    with open(os.path.join(RESULTS, "peers.json")) as f:
+        peers = json.load(f)
+    net_bytes = 4 * sum(int(np.prod(p.shape)) for p in peer_train.net().collect_params().values())
+    scale = net_bytes / (workers["mbytes"] * 2 ** 20)
+    out = []
+    for count in (3, 4):
+        kv = next(r["step_s"] for r in workers["rows"]
+                  if r["workers"] == count and r["layout"] == "colocated")
+        horovod = next(r["epoch_s"] for r in peers["rows"]
+                       if r["workers"] == count and r["arm"] == "horovod")
+        colocated = next(r["epoch_s"] for r in peers["rows"]
+                         if r["workers"] == count and r["arm"] == "gluondist S=W")
+        floor = peer_train.STEPS * (kv * scale + step["forward_backward_s"] + step["update_s"])
+        out.append({"workers": count, "kvstore_epoch_s": peer_train.STEPS * kv * scale,
+                    "floor_s": floor, "target_s": horovod / 1.05, "measured_s": colocated,
+                    "horovod_s": horovod, "floor_horovod_speed_ratio": horovod / floor})
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description="The floor under benchmarks/peers.py's colocated servers against "
+                    "issue 34's target.")
+    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args()
+    step = phases(args.repeats)
+    result = {"command": "python " + " ".join(sys.argv), "load_1min": os.getloadavg()[0],
+              **step, "floors": floors(step)}
+    print(f"forward and backward {1e3 * step['forward_backward_s']:.2f} ms, "
+          f"update {1e3 * step['update_s']:.2f} ms a step")
+    for row in result["floors"]:
+        print(f"W={row['workers']}: kvstore alone {row['kvstore_epoch_s']:.2f} s an epoch, "
+              f"floor {row['floor_s']:.2f} s, 1.05x Horovod needs {row['target_s']:.2f} s, "
+              f"measured {row['measured_s']:.2f} s (Horovod {row['horovod_s']:.2f} s)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
