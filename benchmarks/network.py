@@ -19,6 +19,9 @@
    the workers' hosts; then fit's samples/s for that model with compression=None, 'fp16' and
    '2bit', alternated in one run, --repeats rounds: the median ratio of each to None's
    (--samples in the fits' data set, 2,048 by default: 16 steps an epoch).
+5. (--only chunks) The bench with --chunk-bytes 524288,65536, W workers (--workers) and W
+   servers, one on each worker's host, --repeats times: each run's advice and the 64 KiB
+   rows' steps per second against 512 KiB's; the JSON written is the run with the median.
 """
 import argparse
 import json
@@ -131,6 +134,31 @@ def compression(cluster, hosts, args, workdir):
               f"{statistics.median(ratios[k]):.2f}", flush=True)
 
 
+def chunk_sizes(cluster, hosts, args):
+    workers = hosts[:args.workers]
+    runs = []
+    for rep in range(args.repeats):
+        out = subprocess.run(
+            [*GLUONDIST, "bench", "kvstore", "--launcher", "ssh", "--ssh-config",
+             cluster.ssh_config, "-H", ",".join(f"{h}:1" for h in workers), "-n",
+             str(args.workers), "--servers", str(args.workers), "--mbytes", str(args.mbytes),
+             "--keys", "1", "--steps", "8", "--chunk-bytes", "524288,65536", "--json"],
+            capture_output=True, text=True, timeout=1200)
+        if out.returncode != 0:
+            raise SystemExit(out.stderr)
+        print(out.stdout, flush=True)
+        run = json.loads(out.stdout.strip().splitlines()[-1])
+        big, small = (r["step_s"] for r in run["rows"])
+        runs.append((big / small, run))
+    runs.sort(key=lambda pair: pair[0])
+    print(f"64 KiB against 512 KiB, steps per second: "
+          f"{', '.join(f'{ratio:.2f}' for ratio, _ in runs)}; median "
+          f"{statistics.median(ratio for ratio, _ in runs):.2f}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(json.dumps(runs[len(runs) // 2][1]) + "\n")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rate", default="200mbit")
@@ -138,8 +166,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2,
                         help="(bench) workers, each on a host of its own; 1 to W servers")
-    parser.add_argument("--only", choices=("tcp", "bench", "fit", "compression"),
-                        help="run one part (compression: only when named)")
+    parser.add_argument("--only", choices=("tcp", "bench", "fit", "compression", "chunks"),
+                        help="run one part (compression and chunks: only when named)")
     parser.add_argument("--json", metavar="FILE", help="write the bench's JSON line to FILE")
     parser.add_argument("--samples", type=int, default=2048,
                         help="(compression) the fits' data set: 16 steps an epoch")
@@ -159,6 +187,8 @@ def main():
             benches(cluster, hosts, args)
         if args.only == "compression":
             return compression(cluster, hosts, args, tmp)
+        if args.only == "chunks":
+            return chunk_sizes(cluster, hosts, args)
         if args.only not in (None, "fit"):
             return
         ratios = []

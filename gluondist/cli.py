@@ -5,6 +5,7 @@ import os
 import shlex
 import signal
 import sys
+from typing import Optional
 
 import click
 
@@ -147,6 +148,18 @@ def _server_counts(ctx, param, value):
     return counts
 
 
+def _chunk_sizes(ctx, param, value: Optional[str]):
+    from .kv.chunks import CHUNK_BYTES, MIN_CHUNK_BYTES
+    if value is None:
+        return [CHUNK_BYTES]
+    texts = [v.strip() for v in value.split(",")]
+    sizes = [int(t) if t.isascii() and t.isdigit() else -1 for t in texts]
+    if any(s != 0 and s < MIN_CHUNK_BYTES for s in sizes) or len(set(sizes)) != len(sizes):
+        raise click.BadParameter(f"{value!r}: give distinct byte counts, each 0 (whole) or at "
+                                 f"least {MIN_CHUNK_BYTES}, such as {CHUNK_BYTES},65536")
+    return sizes
+
+
 def _compressions(ctx, param, value: str):
     from .kv.compression import REGISTRY
     names = [v.strip() for v in value.split(",")]
@@ -195,14 +208,17 @@ class _BenchWorkers(click.IntRange):
 @launch_flags(*BENCH_FLAGS,
               server_hosts={"help": "Also measure every server count with the servers on these "
                                     "hosts."})
-@click.option("--chunk-bytes", type=click.IntRange(min=0), default=None,
-              help="Bytes per kvstore chunk of a big array, as fit sends them [default: "
-                   "gluondist.kvstore.CHUNK_BYTES; 0: whole].")
+@click.option("--chunk-bytes", "chunk_sizes", callback=_chunk_sizes, default=None,
+              metavar="BYTES[,BYTES...]",
+              help="Bytes per kvstore chunk of a big array, as fit sends them (0: whole); "
+                   "several, comma-separated, to measure each: a row each, and advice (the "
+                   "first unless another is over 10% faster) [default: "
+                   "gluondist.kvstore.CHUNK_BYTES].")
 @click.option("--unchunked", is_flag=True,
               help="Also measure each row with every array sent whole.")
 @click.option("--compression", "compressions", callback=_compressions, default="none",
               show_default=True, help=_compression_help())
-def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path, chunk_bytes,
+def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path, chunk_sizes,
                   unchunked, compressions, **values):
     """Run a dist_sync job per server count (and layout, with --server-hosts) whose workers
     push and pull MBYTES per step the way fit does, and print the step time, the cost model's
@@ -212,23 +228,18 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path,
     import json
     import math
     from .bench.kvstore import format_table, run
-    from .kv.chunks import CHUNK_BYTES, MIN_CHUNK_BYTES
     if not math.isfinite(mbytes):
         raise click.BadParameter(f"{mbytes} is not a number of megabytes", param_hint="--mbytes")
-    if chunk_bytes is not None and 0 < chunk_bytes < MIN_CHUNK_BYTES:
-        raise click.BadParameter(f"{chunk_bytes}: give 0 (whole) or at least {MIN_CHUNK_BYTES} "
-                                 "bytes", param_hint="--chunk-bytes")
     if plot_path is not None:
         _check_plot_path(plot_path)
     options = options_of(("bench",), {**values, "num_workers": num_workers,
                                         "num_servers": servers[0]})
     show = terminal()
-    chunk = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
     table, recommended, failed = _supervised(lambda stop: run(
         options, servers, mbytes, keys, steps,
         lambda opts, shw: launch_job(opts, shw, keep_logs=True, base_env=os.environ, stop=stop),
         show,
-        chunk, unchunked, compressions=compressions))
+        chunk_sizes, unchunked, compressions=compressions))
     if failed is not None:
         sys.exit(failed.exit_code)
     for line in format_table(table, recommended):
@@ -236,16 +247,19 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path,
     if plot_path is not None:
         from .bench.plot import plot_rows
         try:
-            plot_rows([r.as_dict() for r in table  # the first compression's
-                       if r.compression == table[0].compression], plot_path)
+            plot_rows([r.as_dict() for r in table  # the recommended compression and chunks
+                       if (r.compression, r.chunk_bytes) ==
+                       (recommended.compression, recommended.chunk_bytes)], plot_path)
         except OSError as exc:
             raise click.ClickException(f"--plot {plot_path}: cannot write it: {exc}") from exc
     if as_json:
-        from .bench.kvstore import compression_advice
+        from .bench.kvstore import chunk_advice, compression_advice
         click.echo(json.dumps({"rows": [r.as_dict() for r in table],
                                "recommended_servers": recommended.servers,
                                "recommended_layout": recommended.layout,
-                               "compression_advice": compression_advice(table, recommended)}))
+                               "recommended_chunk_bytes": recommended.chunk_bytes,
+                               "compression_advice": compression_advice(table, recommended),
+                               "chunk_advice": chunk_advice(table, recommended)}))
 
 
 def _check_plot_path(path: str) -> None:

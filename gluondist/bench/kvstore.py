@@ -58,6 +58,7 @@ class Row:
     link_bound_s: Optional[float]  # the busiest link's bytes at the probe's raw TCP rate
     unchunked_s: Optional[float] = None  # the same bytes, each array sent whole
     compression: str = "none"  # fit's compression= the row's trainer used (WIRE's keys)
+    chunk_bytes: int = 0  # GLUONDIST_CHUNK_BYTES the row's trainer used
 
     @property
     def error(self) -> float:
@@ -72,7 +73,8 @@ class Row:
                 "predicted_step_s": self.predicted_s, "model_error": self.error,
                 "link_bound_s": self.link_bound_s, "link_efficiency": self.efficiency,
                 "unchunked_step_s": self.unchunked_s, "worker_mb_per_step": self.worker_mb,
-                "busiest_server_mb_per_step": self.server_mb, "compression": self.compression}
+                "busiest_server_mb_per_step": self.server_mb, "compression": self.compression,
+                "chunk_bytes": self.chunk_bytes}
 
 
 @dataclass(frozen=True)
@@ -83,41 +85,62 @@ class Measured:
     unchunked_s: Optional[float]
     tcp_bytes_per_s: Optional[float]
     compression: str = "none"
+    chunk_bytes: Optional[int] = None  # None: the table's
 
 
 def rows(measured: Sequence[Measured], sizes: Sequence[int], chunk_bytes: int,
          bound: int = DEFAULT_BIGARRAY_BOUND) -> List[Row]:
-    """The table: the model calibrated by the first row whose bytes cross a link (rows on one
-    host are predicted to take the first such row's time); each row's bytes are those of its
-    compression (WIRE)."""
-    sent = sent_sizes(sizes, chunk_bytes)
+    """The table: the model calibrated, per chunk size, by the first row of that size whose
+    bytes cross a link (rows on one host are predicted to take the first such row's time):
+    a chunk size is a schedule of its own, whose rate the model cannot derive from another's
+    (on slow links 512 KiB chunks lose packets where 64 KiB ones do not). Each row's bytes
+    are those of its compression (WIRE), in its chunks (``chunk_bytes`` unless it has its
+    own)."""
+    chunks = [chunk_bytes if m.chunk_bytes is None else m.chunk_bytes for m in measured]
     wires = [WIRE[m.compression] for m in measured]
-    links = [link_bytes(m.layout, sent, pull, bound, push) for m, (push, pull) in
-             zip(measured, wires)]
-    crossing = [i for i, lk in enumerate(links) if lk.busiest() > 0]
-    rate = calibrate(links[crossing[0]], measured[crossing[0]].step_s) if crossing else 0.0
-    local = [m.step_s for m, lk in zip(measured, links) if lk.busiest() == 0]
+    links = [link_bytes(m.layout, sent_sizes(sizes, c), pull, bound, push)
+             for m, c, (push, pull) in zip(measured, chunks, wires)]
+    rates, local = {}, {}
+    for m, lk, chunk in zip(measured, links, chunks):
+        if lk.busiest() > 0:
+            rates.setdefault(chunk, calibrate(lk, m.step_s))
+        else:
+            local.setdefault(chunk, m.step_s)
     tcp = next((m.tcp_bytes_per_s for m in measured if m.tcp_bytes_per_s), None)
     table = []
-    for m, lk, wire_bytes in zip(measured, links, wires):
+    for m, lk, wire_bytes, chunk in zip(measured, links, wires, chunks):
         servers = len(m.layout.servers)
         kind = m.layout.kind if lk.busiest() > 0 else "one host"
         mb = sum(wire_bytes) * sum(sizes) / 2 ** 20  # push + pull
-        table.append(Row(servers, kind, m.step_s, predict(lk, rate, local[0] if local else 0.0),
-                         mb, mb * len(m.layout.workers) * busiest_share(sent, servers, bound),
+        table.append(Row(servers, kind, m.step_s,
+                         predict(lk, rates.get(chunk, 0.0), local.get(chunk, 0.0)),
+                         mb, mb * len(m.layout.workers) *
+                         busiest_share(sent_sizes(sizes, chunk), servers, bound),
                          lk.bound() / tcp if tcp and lk.busiest() > 0 else None, m.unchunked_s,
-                         m.compression))
+                         m.compression, chunk))
     return table
 
 
 def recommend(table: Sequence[Row], within: float = WITHIN) -> Row:
-    """The row with the fewest servers within ``within`` of the best step time, servers on
-    the workers' hosts preferred (they need no more hosts), among the rows of the first
-    compression measured."""
+    """Among the rows of the first compression measured: for each server count and layout,
+    the first chunk size measured unless another is faster by more than ``within`` (then the
+    fastest); of those, the one with the fewest servers within ``within`` of the best step
+    time, servers on the workers' hosts preferred (they need no more hosts)."""
     table = [r for r in table if r.compression == table[0].compression]
-    best = min(r.step_s for r in table)
-    good = [r for r in table if r.step_s <= best * (1 + within)]
+    places: dict = {}
+    for r in table:
+        places.setdefault((r.servers, r.layout), []).append(r)
+    picks = [_chunk_pick(sizes, within) for sizes in places.values()]
+    best = min(r.step_s for r in picks)
+    good = [r for r in picks if r.step_s <= best * (1 + within)]
     return min(good, key=lambda r: (r.servers, r.layout == "dedicated"))
+
+
+def _chunk_pick(sizes: Sequence[Row], within: float) -> Row:
+    """Of one place's rows (one per chunk size), the first unless another is faster by more
+    than ``within``."""
+    fastest = min(sizes, key=lambda r: r.step_s)
+    return fastest if fastest.step_s < sizes[0].step_s * (1 - within) else sizes[0]
 
 
 def advice(row: Row) -> str:
@@ -130,8 +153,8 @@ def advice(row: Row) -> str:
 def compression_advice(table: Sequence[Row], chosen: Row, within: float = WITHIN) -> str:
     """Compress only where it is faster: the fastest compression at the recommended servers and
     layout, if it takes less than ``1 - within`` of the uncompressed step (else none)."""
-    here = {r.compression: r for r in table
-            if (r.servers, r.layout) == (chosen.servers, chosen.layout)}
+    here = {r.compression: r for r in table if (r.servers, r.layout, r.chunk_bytes) ==
+            (chosen.servers, chosen.layout, chosen.chunk_bytes)}
     if len(here) < 2 or "none" not in here:
         return ""
     base = here["none"]
@@ -143,6 +166,23 @@ def compression_advice(table: Sequence[Row], chosen: Row, within: float = WITHIN
                 f"{ratios})")
     return (f"compression: none (steps per second against none: {ratios}; none is faster, "
             f"or within {within:.0%})")
+
+
+def chunk_advice(table: Sequence[Row], chosen: Row, within: float = WITHIN) -> str:
+    """With several chunk sizes measured: the recommended one (see recommend) and each one's
+    steps per second against the first, at the recommended servers, layout and compression."""
+    here = [r for r in table if (r.servers, r.layout, r.compression) ==
+            (chosen.servers, chosen.layout, chosen.compression)]
+    if len(here) < 2:
+        return ""
+    first = here[0]
+    ratios = ", ".join(f"{r.chunk_bytes} {first.step_s / r.step_s:.2f}x" for r in here[1:])
+    if chosen is first:
+        return (f"chunks: {first.chunk_bytes} bytes, the first measured (steps per second "
+                f"against it: {ratios}; none is faster by more than {within:.0%})")
+    return (f"chunks: {chosen.chunk_bytes} bytes: give the job --env "
+            f"{ev.GLUONDIST_CHUNK_BYTES}={chosen.chunk_bytes} (steps per second against "
+            f"{first.chunk_bytes}: {ratios})")
 
 
 def parse(lines: Sequence[str]) -> Optional[dict]:
@@ -157,16 +197,18 @@ def parse(lines: Sequence[str]) -> Optional[dict]:
 def format_table(table: Sequence[Row], recommended: Row) -> List[str]:
     def opt(value, fmt):
         return format(value, fmt) if value is not None else "-"
-    out = [f"{'servers':>7} {'layout':>9} {'compr':>5} {'step s':>8} {'model s':>8} {'error':>6} "
-           f"{'link eff':>8} {'whole s':>8} {'MB/worker':>9} {'MB/busiest server':>17}"]
+    out = [f"{'servers':>7} {'layout':>9} {'compr':>5} {'chunk':>7} {'step s':>8} {'model s':>8} "
+           f"{'error':>6} {'link eff':>8} {'whole s':>8} {'MB/worker':>9} "
+           f"{'MB/busiest server':>17}"]
     for r in table:
-        out.append(f"{r.servers:>7} {r.layout:>9} {r.compression:>5} {r.step_s:>8.4f} "
+        out.append(f"{r.servers:>7} {r.layout:>9} {r.compression:>5} {r.chunk_bytes:>7} "
+                   f"{r.step_s:>8.4f} "
                    f"{r.predicted_s:>8.4f} "
                    f"{r.error:>+6.0%} {opt(r.efficiency, '>8.0%'):>8} "
                    f"{opt(r.unchunked_s, '>8.4f'):>8} {r.worker_mb:>9.1f} {r.server_mb:>17.1f}")
     out.append(advice(recommended))
-    extra = compression_advice(table, recommended)
-    return out + ([extra] if extra else [])
+    extra = [compression_advice(table, recommended), chunk_advice(table, recommended)]
+    return out + [line for line in extra if line]
 
 
 def layout_of(plan) -> Layout:
@@ -187,19 +229,20 @@ def _check_all(jobs, base_env: Mapping[str, str]) -> None:
 
 
 def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: int,
-        launch_job: Callable, show: Callable[[str, bool], None], chunk_bytes: int,
+        launch_job: Callable, show: Callable[[str, bool], None], chunk_bytes: Sequence[int],
         unchunked: bool = False, base_env: Mapping[str, str] = os.environ,
         compressions: Sequence[str] = ("none",)):
     """One job per server count, and per layout when ``base_options.server_hosts`` is set (on
     the workers' hosts, then on the server hosts), through ``launch_job(options, show)``
     (which keeps the logs); returns ``(table, recommended row, failure)``, failure being the
     failed job's LaunchResult. Each job measures every one of ``compressions`` (WIRE's keys;
-    the kvstore-wide ones last: MXNet keeps them for the process), a row each."""
+    the kvstore-wide ones last: MXNet keeps them for the process) in each of ``chunk_bytes``'
+    chunk sizes, a row each."""
     compressions = sorted(compressions, key=lambda c: cmp.lookup(c).kvstore_wide)
     layouts: List[Tuple[str, object]] = [("colocated", ())]
     if base_options.server_hosts:
         layouts.append(("dedicated", base_options.server_hosts))
-    chunks = [str(chunk_bytes)] + (["0"] if unchunked else [])
+    chunks = [str(c) for c in chunk_bytes] + (["0"] if unchunked else [])
     jobs = [dataclasses.replace(base_options, num_servers=count, server_hosts=server_hosts,
                                 command=(WORKER, str(mbytes), str(keys), str(steps), *chunks,
                                          "compression=" + ",".join(compressions)))
@@ -218,10 +261,11 @@ def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: i
         if found is None:
             raise RuntimeError("worker 0 printed no result line")
         per = len(chunks)  # the worker's step times: per compression, per chunk size
-        measured += [Measured(layout_of(result.plan), found["step_s"][i * per],
-                              found["step_s"][i * per + 1] if unchunked else None,
-                              found["tcp_bytes_per_s"], c) for i, c in enumerate(compressions)]
+        measured += [Measured(layout_of(result.plan), found["step_s"][i * per + j],
+                              found["step_s"][i * per + per - 1] if unchunked else None,
+                              found["tcp_bytes_per_s"], c, size)
+                     for i, c in enumerate(compressions) for j, size in enumerate(chunk_bytes)]
     env = {**base_env, **base_options.env}
     bound = int(env.get(ev.MXNET_KVSTORE_BIGARRAY_BOUND, DEFAULT_BIGARRAY_BOUND))
-    table = rows(measured, key_sizes(mbytes, keys), chunk_bytes, bound)
+    table = rows(measured, key_sizes(mbytes, keys), chunk_bytes[0], bound)
     return table, recommend(table), None

@@ -25,7 +25,8 @@ SERVER_HASH = 9973
 # (benchmarks/chunk_size.py, benchmarks/results/chunk_size.json), and at that cost 64 KiB
 # chunks move at most about 200 MB/s, less than a 10 Gbit/s link. So the default suits fast
 # links and one host; links whose queues hold less than a worker's 512 KiB chunks in flight
-# (measured: 200 Mbit/s) want GLUONDIST_CHUNK_BYTES=65536. Each
+# (measured: 200 Mbit/s) want GLUONDIST_CHUNK_BYTES=65536, which ``gluondist bench kvstore
+# --chunk-bytes 524288,65536`` measures and advises on the job's own hosts. Each
 # chunk is below MXNet's big-array bound, so it goes whole to one server, and consecutive
 # keys alternate between servers ((key * SERVER_HASH) % servers). A model of small layers
 # sends as before.

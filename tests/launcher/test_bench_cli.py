@@ -16,6 +16,9 @@ from conftest import run_cli
     (["--plot", "/nonexistent/bench.png"], "--plot"),
     (["--compression", "none,fp8"], "--compression"),
     (["--compression", "fp16,fp16"], "--compression"),
+    (["--chunk-bytes", "100"], "--chunk-bytes"),
+    (["--chunk-bytes", "65536,65536"], "distinct byte counts"),
+    (["--chunk-bytes", "64k"], "distinct byte counts"),
 ])
 def test_bad_bench_input_is_one_line_and_exit_2(args, message):
     out = run_cli("bench", "kvstore", *args)

@@ -98,7 +98,7 @@ def test_with_server_hosts_every_count_runs_colocated_then_on_the_server_hosts(p
                                logs={"worker 0": [wire.encode(wire.Bench(figures))]})
     base = LaunchOptions(("bench",), 2, 1, launcher=planned, hosts="a:1,b:1",
                          server_hosts="s,t")
-    table, _, failed = bench.run(base, [1, 2], 2, 1, 1, launch_job, lambda *_: None, 2 ** 20,
+    table, _, failed = bench.run(base, [1, 2], 2, 1, 1, launch_job, lambda *_: None, [2 ** 20],
                                  base_env={})
     assert failed is None
     assert ran == [(1, ()), (2, ()), (1, base.server_hosts), (2, base.server_hosts)]
@@ -175,3 +175,37 @@ def test_compressed_rows_count_their_bytes_and_are_advised_only_where_faster():
     assert bench.compression_advice(table(0.45, 0.42, 0.60), best).startswith(
         "compression: none (steps per second against none: fp16 1.07x, 2bit 0.75x;")
     assert bench.compression_advice(table(0.45, 0.3, 0.4)[:1], best) == ""  # none measured alone
+
+
+def test_each_chunk_size_is_a_row_calibrated_alone_and_advised_only_where_faster():
+    # two jobs (1 server on worker 0's host, then one on each worker's host), each measuring
+    # 512 KiB chunks (2 per 1 MiB key) and 64 KiB ones (16 per key)
+    sizes = bench.key_sizes(8, 8)
+
+    def table(first_s, second_s):
+        return bench.rows([bench.Measured(Layout(("a", "b"), servers), s * scale, None, 24e6,
+                                          "none", c)
+                           for servers, scale in ((("a",), 1), (("a", "b"), 0.95))
+                           for c, s in ((1 << 19, first_s), (1 << 16, second_s))],
+                          sizes, 1 << 20)
+    rows = table(0.45, 0.30)
+    assert [(r.servers, r.chunk_bytes) for r in rows] == [
+        (1, 1 << 19), (1, 1 << 16), (2, 1 << 19), (2, 1 << 16)]
+    assert [r.as_dict()["chunk_bytes"] for r in rows] == [1 << 19, 1 << 16] * 2
+    # each chunk size's model is calibrated by its own first row (a chunk size is a schedule
+    # of its own): with two workers the busiest link carries 8 MiB plus one chunk's fill with
+    # one server and with two, so each size predicts its first row's time for both (one
+    # calibration for both sizes would predict 0.45 * (8 + 1/16) / (8 + 1/2) for 64 KiB)
+    assert [r.predicted_s for r in rows] == pytest.approx([0.45, 0.30, 0.45, 0.30])
+    assert [r.error for r in rows[2:]] == pytest.approx([1 / 0.95 - 1] * 2)
+    best = bench.recommend(rows)
+    assert best is rows[1]  # 1 server within 10% of the best (2 servers), with 64 KiB
+    assert bench.chunk_advice(rows, best) == (
+        "chunks: 65536 bytes: give the job --env GLUONDIST_CHUNK_BYTES=65536 (steps per "
+        "second against 524288: 65536 1.50x)")
+    close = table(0.45, 0.42)  # 7% faster: within 10%, the first measured is kept, and the
+    assert bench.recommend(close) is close[0]  # servers are chosen on the sizes kept
+    assert bench.chunk_advice(close, close[0]).startswith(
+        "chunks: 524288 bytes, the first measured (steps per second against it: 65536 1.07x;")
+    assert bench.chunk_advice(close[:1], close[0]) == ""  # one chunk size: no advice
+    assert any(line.startswith("chunks: 65536") for line in bench.format_table(rows, best))
