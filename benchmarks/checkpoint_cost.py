@@ -72,7 +72,7 @@ class Synchronous(gluondist.Checkpointer):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--every", type=int, default=10)

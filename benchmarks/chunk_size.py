@@ -27,7 +27,7 @@ def bench(mbytes: float, steps: int, chunk: int) -> dict:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--sizes", type=int, nargs=2, default=[1 << 16, 1 << 19],
                         metavar="BYTES")
     parser.add_argument("--repeats", type=int, default=3)

@@ -53,7 +53,7 @@ def roles():
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--rate", default="200mbit")
     parser.add_argument("--steps", type=int, default=40)

@@ -156,7 +156,7 @@ def start(cluster, work, link, every, at, samples):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--link-timeout", type=float, default=18.0)
     parser.add_argument("--every", type=int, default=10)

@@ -63,7 +63,7 @@ def throughput(text):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--trivial-repeats", type=int, default=4,

@@ -84,7 +84,7 @@ def with_fit(loader, epochs, seed):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)

@@ -257,7 +257,7 @@ def timeline(cluster, tmp, python, arm, workers, epochs, bits, env=None):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--horovod-python", metavar="PY", help="required")
     parser.add_argument("--rate", default="200mbit")
     parser.add_argument("--workers", type=int, nargs="+", default=[2, 3, 4])

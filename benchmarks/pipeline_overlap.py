@@ -228,7 +228,7 @@ def _report(name, r) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--micro", type=int, default=4)
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--temp-copies", type=int, default=64,

@@ -74,7 +74,7 @@ def arms(micro: int, width: int = 1024):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--micro", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)

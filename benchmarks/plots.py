@@ -145,7 +145,7 @@ def peers(results, path):
 
 
 def links(results, path):
-    """Each host's link over one epoch (Mbit/s received, sampled every 10 ms; the y axis stops
+    """Each host's uplink over one epoch (Mbit/s it sent, sampled every 10 ms; the y axis stops
     at twice the rate, above which a sample only says the sampler woke late): a column per
     system, a row per worker count of the timelines. gluondist's first with the chunks before
     issue 34 (peers_512k.json, the run that found why its links idled), then as they are."""
@@ -168,9 +168,9 @@ def links(results, path):
     for tl in timelines:
         ax = axes[counts.index(tl["workers"])][arms.index(tl["arm"])]
         for name, series in tl["links"].items():
-            if name.endswith(" down"):
+            if name.endswith(" up"):  # the pushes and the servers' replies leave here
                 ax.plot(tl["t"], series["mbit_s"], linewidth=0.8,
-                        label=f"{name[:-5]} ({series['idle_share']:.0%} idle)")
+                        label=f"{name[:-3]} ({series['idle_share']:.0%} idle)")
         for t in tl["steps"]:
             ax.axvline(t, color="grey", linewidth=0.4)
         ax.set_title(f"{tl['arm']}, {tl['workers']} workers: epoch "
@@ -180,7 +180,7 @@ def links(results, path):
     number, unit = rate_text[:-4], rate_text[-4:]
     rate = float(number) * {"kbit": 1e-3, "mbit": 1, "gbit": 1e3}[unit]
     for row in axes:
-        row[0].set_ylabel("received, Mbit/s")
+        row[0].set_ylabel("sent, Mbit/s")
         row[0].set_ylim(0, 2 * rate)
     fig.tight_layout()
     fig.savefig(path)
@@ -205,7 +205,7 @@ def learning_curve(path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--results", default=os.path.join(HERE, "results"))
     parser.add_argument("--out", default=os.path.join(HERE, "..", "docs", "img"))
     args = parser.parse_args(argv)

@@ -189,7 +189,7 @@ def speed(rec, workers, epochs, repeats, target, least):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--big-mb", type=float, default=2048)
     parser.add_argument("--small-mb", type=float, default=20)
     parser.add_argument("--repeats", type=int, default=7)

@@ -35,7 +35,7 @@ def launch(flags, steps, cwd):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()

@@ -86,7 +86,7 @@ def worker(address: str, port: int, chunk: int, count: int, steps: int, window: 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--rate", default="200mbit")
     parser.add_argument("--mbytes", type=int, default=8)
     parser.add_argument("--steps", type=int, default=16)

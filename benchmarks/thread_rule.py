@@ -15,7 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--hidden", type=int, default=1024)

@@ -78,7 +78,7 @@ def sweep_rows(measured, mbytes: float, chunk_bytes: int = CHUNK_BYTES):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--rate", default="200mbit")
     parser.add_argument("--mbytes", type=float, default=8)
     parser.add_argument("--most", type=int, default=4, help="the largest worker count")
@@ -102,7 +102,8 @@ def main():
               f"{r['mb_per_s']:.1f} MB/s, model {model} MB/s", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rate": args.rate, "mbytes": args.mbytes, "steps": STEPS,
+            json.dump({"command": "python " + " ".join(sys.argv), "rate": args.rate,
+                       "mbytes": args.mbytes, "steps": STEPS,
                        "chunk_bytes": args.chunk_bytes, "chunks_in_flight": CHUNKS_IN_FLIGHT,
                        "calibrated_by": "1 worker, dedicated",
                        "load_1min": [load, os.getloadavg()[0]], "rows": rows}, f, indent=1)
