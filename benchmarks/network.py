@@ -21,7 +21,8 @@
    (--samples in the fits' data set, 2,048 by default: 16 steps an epoch).
 5. (--only chunks) The bench with --chunk-bytes 524288,65536, W workers (--workers) and W
    servers, one on each worker's host, --repeats times: each run's advice and the 64 KiB
-   rows' steps per second against 512 KiB's; the JSON written is the run with the median.
+   rows' steps per second against 512 KiB's; the JSON written has the command, the ratios
+   and every run's JSON line.
 """
 import argparse
 import json
@@ -150,17 +151,19 @@ def chunk_sizes(cluster, hosts, args):
         run = json.loads(out.stdout.strip().splitlines()[-1])
         big, small = (r["step_s"] for r in run["rows"])
         runs.append((big / small, run))
-    runs.sort(key=lambda pair: pair[0])
+    ratios = [ratio for ratio, _ in runs]
     print(f"64 KiB against 512 KiB, steps per second: "
-          f"{', '.join(f'{ratio:.2f}' for ratio, _ in runs)}; median "
-          f"{statistics.median(ratio for ratio, _ in runs):.2f}", flush=True)
+          f"{', '.join(f'{ratio:.2f}' for ratio in ratios)}; median "
+          f"{statistics.median(ratios):.2f}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            f.write(json.dumps(runs[len(runs) // 2][1]) + "\n")
+            json.dump({"command": "python " + " ".join(sys.argv), "ratios_64k_over_512k": ratios,
+                       "runs": [run for _, run in runs]}, f, indent=1)
+            f.write("\n")
 
 
 def main():
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--rate", default="200mbit")
     parser.add_argument("--mbytes", type=float, default=8)
     parser.add_argument("--repeats", type=int, default=3)

@@ -151,7 +151,7 @@ def _server_counts(ctx, param, value):
 def _chunk_sizes(ctx, param, value: Optional[str]):
     from .kv.chunks import CHUNK_BYTES, MIN_CHUNK_BYTES
     if value is None:
-        return [CHUNK_BYTES]
+        return None  # the job's own: see bench_kvstore
     texts = [v.strip() for v in value.split(",")]
     sizes = [int(t) if t.isascii() and t.isdigit() else -1 for t in texts]
     if any(s != 0 and s < MIN_CHUNK_BYTES for s in sizes) or len(set(sizes)) != len(sizes):
@@ -212,8 +212,9 @@ class _BenchWorkers(click.IntRange):
               metavar="BYTES[,BYTES...]",
               help="Bytes per kvstore chunk of a big array, as fit sends them (0: whole); "
                    "several, comma-separated, to measure each: a row each, and advice (the "
-                   "first unless another is over 10% faster) [default: "
-                   "gluondist.kvstore.CHUNK_BYTES].")
+                   "first unless another makes over 1.10x its steps per second) [default: "
+                   "what fit would use: GLUONDIST_CHUNK_BYTES from --env or the environment, "
+                   "else gluondist.kvstore.CHUNK_BYTES].")
 @click.option("--unchunked", is_flag=True,
               help="Also measure each row with every array sent whole.")
 @click.option("--compression", "compressions", callback=_compressions, default="none",
@@ -224,7 +225,7 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path,
     push and pull MBYTES per step the way fit does, and print the step time, the cost model's
     prediction and its error, the efficiency against the raw TCP bound and the bytes each
     worker and the busiest server move; then recommend the fewest servers within 10% of the
-    best, and where to put them."""
+    best, and where to put them, and (with several --chunk-bytes) a chunk size."""
     import json
     import math
     from .bench.kvstore import format_table, run
@@ -234,6 +235,12 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path,
         _check_plot_path(plot_path)
     options = options_of(("bench",), {**values, "num_workers": num_workers,
                                         "num_servers": servers[0]})
+    if chunk_sizes is None:  # the size fit would use in these jobs
+        from .kv.chunks import chunk_bytes_from_env
+        try:
+            chunk_sizes = [chunk_bytes_from_env({**os.environ, **options.env})]
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--env") from exc
     show = terminal()
     table, recommended, failed = _supervised(lambda stop: run(
         options, servers, mbytes, keys, steps,

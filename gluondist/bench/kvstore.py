@@ -123,8 +123,8 @@ def rows(measured: Sequence[Measured], sizes: Sequence[int], chunk_bytes: int,
 
 def recommend(table: Sequence[Row], within: float = WITHIN) -> Row:
     """Among the rows of the first compression measured: for each server count and layout,
-    the first chunk size measured unless another is faster by more than ``within`` (then the
-    fastest); of those, the one with the fewest servers within ``within`` of the best step
+    the first chunk size measured unless another makes more than ``1 + within`` times its
+    steps per second (then the fastest); of those, the one with the fewest servers within ``within`` of the best step
     time, servers on the workers' hosts preferred (they need no more hosts)."""
     table = [r for r in table if r.compression == table[0].compression]
     places: dict = {}
@@ -137,10 +137,10 @@ def recommend(table: Sequence[Row], within: float = WITHIN) -> Row:
 
 
 def _chunk_pick(sizes: Sequence[Row], within: float) -> Row:
-    """Of one place's rows (one per chunk size), the first unless another is faster by more
-    than ``within``."""
+    """Of one place's rows (one per chunk size), the first unless another makes more than
+    ``1 + within`` times its steps per second."""
     fastest = min(sizes, key=lambda r: r.step_s)
-    return fastest if fastest.step_s < sizes[0].step_s * (1 - within) else sizes[0]
+    return fastest if fastest.step_s * (1 + within) < sizes[0].step_s else sizes[0]
 
 
 def advice(row: Row) -> str:
@@ -176,13 +176,18 @@ def chunk_advice(table: Sequence[Row], chosen: Row, within: float = WITHIN) -> s
     if len(here) < 2:
         return ""
     first = here[0]
-    ratios = ", ".join(f"{r.chunk_bytes} {first.step_s / r.step_s:.2f}x" for r in here[1:])
+    ratios = ", ".join(f"{_size(r.chunk_bytes)} {first.step_s / r.step_s:.2f}x"
+                       for r in here[1:])
     if chosen is first:
-        return (f"chunks: {first.chunk_bytes} bytes, the first measured (steps per second "
-                f"against it: {ratios}; none is faster by more than {within:.0%})")
-    return (f"chunks: {chosen.chunk_bytes} bytes: give the job --env "
+        return (f"chunks: {_size(first.chunk_bytes)}, the first measured (steps per second "
+                f"against it: {ratios}; no other makes more than {1 + within:.2f}x)")
+    return (f"chunks: {_size(chosen.chunk_bytes)}: give the job --env "
             f"{ev.GLUONDIST_CHUNK_BYTES}={chosen.chunk_bytes} (steps per second against "
-            f"{first.chunk_bytes}: {ratios})")
+            f"{_size(first.chunk_bytes)}: {ratios})")
+
+
+def _size(chunk_bytes: int) -> str:
+    return "arrays whole" if chunk_bytes == 0 else f"{chunk_bytes} bytes"
 
 
 def parse(lines: Sequence[str]) -> Optional[dict]:
@@ -197,11 +202,11 @@ def parse(lines: Sequence[str]) -> Optional[dict]:
 def format_table(table: Sequence[Row], recommended: Row) -> List[str]:
     def opt(value, fmt):
         return format(value, fmt) if value is not None else "-"
-    out = [f"{'servers':>7} {'layout':>9} {'compr':>5} {'chunk':>7} {'step s':>8} {'model s':>8} "
+    out = [f"{'servers':>7} {'layout':>9} {'compr':>5} {'chunk':>8} {'step s':>8} {'model s':>8} "
            f"{'error':>6} {'link eff':>8} {'whole s':>8} {'MB/worker':>9} "
            f"{'MB/busiest server':>17}"]
     for r in table:
-        out.append(f"{r.servers:>7} {r.layout:>9} {r.compression:>5} {r.chunk_bytes:>7} "
+        out.append(f"{r.servers:>7} {r.layout:>9} {r.compression:>5} {r.chunk_bytes:>8} "
                    f"{r.step_s:>8.4f} "
                    f"{r.predicted_s:>8.4f} "
                    f"{r.error:>+6.0%} {opt(r.efficiency, '>8.0%'):>8} "

@@ -42,6 +42,16 @@ def test_the_bench_runs_a_real_job_per_server_count(tmp_path):
     assert (tmp_path / "bench.png").read_bytes().startswith(b"\x89PNG")
 
 
+def test_without_chunk_bytes_the_bench_measures_the_size_fit_would_use():
+    from conftest import run_cli
+    out = run_cli("bench", "kvstore", "-n", 2, "--servers", "1", "--mbytes", 1, "--keys", 1,
+                  "--steps", 1, "--json", "--env", "GLUONDIST_CHUNK_BYTES=65536", timeout=300)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert [r["chunk_bytes"] for r in result["rows"]] == [65536]
+    assert result["chunk_advice"] == "" and "chunks:" not in out.stdout
+
+
 def test_a_failed_bench_job_ends_the_bench_with_launchs_report_and_code():
     from conftest import run_cli
     out = run_cli("bench", "kvstore", "-n", 2, "--servers", "1", "--start-timeout", "0.2",

@@ -19,6 +19,7 @@ from conftest import run_cli
     (["--chunk-bytes", "100"], "--chunk-bytes"),
     (["--chunk-bytes", "65536,65536"], "distinct byte counts"),
     (["--chunk-bytes", "64k"], "distinct byte counts"),
+    (["--env", "GLUONDIST_CHUNK_BYTES=12"], "GLUONDIST_CHUNK_BYTES='12'"),
 ])
 def test_bad_bench_input_is_one_line_and_exit_2(args, message):
     out = run_cli("bench", "kvstore", *args)

@@ -202,10 +202,19 @@ def test_each_chunk_size_is_a_row_calibrated_alone_and_advised_only_where_faster
     assert best is rows[1]  # 1 server within 10% of the best (2 servers), with 64 KiB
     assert bench.chunk_advice(rows, best) == (
         "chunks: 65536 bytes: give the job --env GLUONDIST_CHUNK_BYTES=65536 (steps per "
-        "second against 524288: 65536 1.50x)")
-    close = table(0.45, 0.42)  # 7% faster: within 10%, the first measured is kept, and the
-    assert bench.recommend(close) is close[0]  # servers are chosen on the sizes kept
+        "second against 524288 bytes: 65536 bytes 1.50x)")
+    close = table(0.45, 0.42)  # 1.07x the steps per second: the first measured is kept, and
+    assert bench.recommend(close) is close[0]  # the servers are chosen on the sizes kept
     assert bench.chunk_advice(close, close[0]).startswith(
-        "chunks: 524288 bytes, the first measured (steps per second against it: 65536 1.07x;")
+        "chunks: 524288 bytes, the first measured (steps per second against it: 65536 bytes "
+        "1.07x; no other makes more than 1.10x)")
+    # the rule is in steps per second: 1.0975x is not more than 1.10x, 1.12x is
+    assert bench.recommend(table(0.439, 0.40)).chunk_bytes == 1 << 19
+    assert bench.recommend(table(0.448, 0.40)).chunk_bytes == 1 << 16
+    whole = bench.rows([bench.Measured(Layout(("a", "b"), ("a",)), s, None, 24e6, "none", c)
+                        for c, s in ((1 << 19, 0.45), (0, 0.30))], sizes, 1 << 20)
+    assert bench.chunk_advice(whole, bench.recommend(whole)) == (
+        "chunks: arrays whole: give the job --env GLUONDIST_CHUNK_BYTES=0 (steps per second "
+        "against 524288 bytes: arrays whole 1.50x)")
     assert bench.chunk_advice(close[:1], close[0]) == ""  # one chunk size: no advice
     assert any(line.startswith("chunks: 65536") for line in bench.format_table(rows, best))
