@@ -59,10 +59,21 @@ def chunks_in_flight_from_env(environ: Mapping[str, str] = os.environ) -> int:
                   f"chunks per server (such as {CHUNKS_IN_FLIGHT}), or 0 for no bound")
 
 
+def chunk_updates_from_env(environ: Mapping[str, str] = os.environ) -> bool:
+    """``GLUONDIST_CHUNK_UPDATES``, checked: 1 (the default) updates each chunk of a gradient
+    as its sum comes back (gluondist.kv.updates), 0 every parameter after the last pull."""
+    text = environ.get(envvars.GLUONDIST_CHUNK_UPDATES, "1")
+    if text not in ("0", "1"):
+        raise ValueError(f"{envvars.GLUONDIST_CHUNK_UPDATES}={text!r}: give 1 to update each "
+                         "chunk as its sum comes back, or 0 to update after the last pull")
+    return text == "1"
+
+
 def check_environment(environ: Mapping[str, str]) -> None:
-    """Both variables above, as the workers will read them (ValueError in one line)."""
+    """The variables above, as the workers will read them (ValueError in one line)."""
     chunk_bytes_from_env(environ)
     chunks_in_flight_from_env(environ)
+    chunk_updates_from_env(environ)
 
 
 def _whole(environ: Mapping[str, str], name: str, default: int, least: int, what: str) -> int:

@@ -61,6 +61,8 @@ class Compression:
     push_bytes, pull_bytes = 4.0, 4.0  # per float32 gradient element (the bench's cost model)
     key_factor = 1  # kvstore keys per gradient key: 2 to push on keys of its own after them
     whole_as_is = True  # a gradient sent whole is pushed as it is, not staged
+    # a landed sum is final, so the optimizer may update its chunk before the step's check
+    final_on_landing = True
     kvstore_wide = False  # setup() changes the process's one kvstore for good (MXNet's 2-bit)
     async_why = "the servers apply each push as it comes, past the wire's decoding"
 
@@ -257,6 +259,7 @@ class FP16(Compression):
     push_bytes, pull_bytes = 2.0, 2.0
     key_factor = 2  # float16 gradient keys after the float32 ones that broadcast the parameters
     whole_as_is = False  # every gradient is cast
+    final_on_landing = False  # check() may yet refuse the step (an overflow)
     async_why = "the servers would keep float16 weights and optimizer state"
 
     def __init__(self):

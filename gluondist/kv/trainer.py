@@ -13,11 +13,13 @@ import numpy as np
 from .. import devices, envvars as ev
 from .._mx import mx
 from . import compression as cmp
-from .chunks import chunk_bounds, chunk_bytes_from_env, chunks_in_flight_from_env
+from .chunks import (chunk_bounds, chunk_bytes_from_env, chunk_updates_from_env,
+                     chunks_in_flight_from_env)
 from .kinds import Mode
 from .node import NODE
 from .safepickle import check_sendable
 from .staging import Staging
+from .updates import ChunkUpdates
 
 
 def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
@@ -61,6 +63,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     if chunk_bytes is None:
         chunk_bytes = chunk_bytes_from_env()
     in_flight = chunks_in_flight_from_env()
+    chunk_updates_from_env()  # refused here in any process; TrainStep reads it
     kv = NODE.create(kvstore, num_contexts) if isinstance(kvstore, str) or kvstore is None \
         else kvstore
     mode = Mode.of(kv)
@@ -161,6 +164,9 @@ class _KeyedStore(mx.kv.KVStoreBase):
         self._staged = {int(f) + j for f, c in zip(self._first, self._chunks) if len(c) > 1
                         for j in range(len(c))}
         self._cuts: dict = {}  # trainer key -> (the arrays last cut, their chunks' views)
+        # called with each chunk's MXNet key once its sum is copied into the gradient (see
+        # gluondist.kv.updates), or None
+        self.landed = None
 
     def _split(self, key, value=None):
         """MXNet's keys and values for trainer key(s) ``key`` and their value(s): a chunked
@@ -233,16 +239,22 @@ class _KeyedStore(mx.kv.KVStoreBase):
                 self._pushpull([k], [v], [o], priority)
                 continue
             if chunk and len(waiting) == self.staging.slots > 0:
-                wire.land(*waiting.popleft())
+                self._land(*waiting.popleft())
             bufs = wire.stage(k, parts, self.staging, chunk)
             staged = bufs if len(bufs) > 1 else bufs[0]
             self._pushpull([wire.key(k)], [staged], [staged], priority)
             if chunk:
-                waiting.append((bufs, o))
+                waiting.append((k, bufs, o))
             else:
                 wire.land(bufs, o)
-        for bufs, o in waiting:
-            wire.land(bufs, o)
+        for k, bufs, o in waiting:
+            self._land(k, bufs, o)
+
+    def _land(self, key: int, bufs, out) -> None:
+        """Chunk ``key``'s sum, from its staging arrays ``bufs`` into the gradient ``out``."""
+        self.wire.land(bufs, out)
+        if self.landed is not None:
+            self.landed(key)
 
     def _pushpull(self, keys, values, outs, priority) -> None:
         if NODE.compression is None:
@@ -314,6 +326,10 @@ class TrainStep:
         # through the kvstore are impossible there, so each worker decides alone.
         self.agree = self.mode is not None and self.mode.needs_agreement
         self.accumulate, self._pending, self._batches = accumulate, 0, 0
+        kv = trainer._kvstore
+        # chunked gradients updated as their sums come back (gluondist.kv.updates)
+        self.chunk_updates = ChunkUpdates.of(trainer, kv, clip) \
+            if isinstance(kv, _KeyedStore) and chunk_updates_from_env() else None
         # With accumulation backward adds to the gradients until an update clears them; set
         # either way, so that a net trained before with accumulation writes again.
         for p in trainer._params:
@@ -356,14 +372,25 @@ class TrainStep:
             if clock is not None:
                 clock.lap("sync")
             return
-        trainer.allreduce_grads()  # a no-op without a kvstore
+        early = self.chunk_updates if self.chunk_updates is not None and \
+            self.chunk_updates.begin(global_count) else None
+        if early is not None:
+            trainer._kvstore.landed = early.landed
+        try:
+            trainer.allreduce_grads()  # a no-op without a kvstore
+        finally:
+            if early is not None:
+                trainer._kvstore.landed = None
         if isinstance(trainer._kvstore, _KeyedStore):
             trainer._kvstore.check_compression()
         if clock is not None:
             clock.lap("sync")
         if self.clip is not None:
             devices.clip_global_norm(trainer, self.ctxs, self.clip * global_count)  # sums
-        trainer.update(global_count)
+        if early is not None:
+            early.finish()
+        else:
+            trainer.update(global_count)
         if clock is not None:
             clock.lap("compute")
 
