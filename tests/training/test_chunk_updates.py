@@ -9,7 +9,8 @@ import gluondist
 from gluondist.kv.chunks import chunk_bounds
 from gluondist.kv.staging import Staging
 from gluondist.kv.trainer import TrainStep, _KeyedStore
-from gluondist.kv.updates import ELEMENTWISE, ChunkUpdates
+from gluondist.kv import updates
+from gluondist.kv.updates import ELEMENTWISE, UPDATE_BYTES, ChunkUpdates
 
 from conftest import ROOT, run_cli
 
@@ -19,8 +20,9 @@ SETTINGS = {"sgd": {"momentum": 0.9, "wd": 1e-3}, "nag": {"momentum": 0.9},
 
 
 def train(optimizer, monkeypatch, updates: str, dtype="float32", steps=3, clip=None):
-    """Two parameters (the first, 3,000 elements, in chunks of 1000 bytes) trained ``steps`` steps with
-    GLUONDIST_CHUNK_UPDATES=``updates``: its parameters, the optimizer's states and counts."""
+    """Two parameters (the first, 3,000 elements, in 12 chunks of 1000 bytes) trained ``steps``
+    steps with GLUONDIST_CHUNK_UPDATES=``updates``: the parameters, the optimizer's states and
+    counts."""
     monkeypatch.setenv("GLUONDIST_CHUNK_UPDATES", updates)
     mx.random.seed(0)
     params = [mx.gluon.Parameter(name, shape=shape, dtype=dtype)
@@ -61,11 +63,16 @@ def _flat(state):
     return [state]
 
 
+# a chunk a group (12 updates of the first parameter a step), 3 (4 of them), all (1)
+@pytest.mark.parametrize("update_bytes", [1000, 2500, UPDATE_BYTES])
 @pytest.mark.parametrize("optimizer", [cls.__name__.lower() for cls in ELEMENTWISE])
-def test_each_chunk_updated_as_it_lands_is_bit_equal_to_one_update(optimizer, monkeypatch):
+def test_each_chunk_updated_as_it_lands_is_bit_equal_to_one_update(optimizer, update_bytes,
+                                                                    monkeypatch):
+    monkeypatch.setattr(updates, "UPDATE_BYTES", update_bytes)
     after, (arrays, counts, num) = train(optimizer, monkeypatch, "0")
     early, (chunked, early_counts, early_num) = train(optimizer, monkeypatch, "1")
     assert after.chunk_updates is None and early.chunk_updates is not None
+    assert len(early.chunk_updates._groups) == {1000: 12, 2500: 4}.get(update_bytes, 1)
     assert len(arrays) == len(chunked)
     for a, b in zip(arrays, chunked):
         assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8))
@@ -75,6 +82,7 @@ def test_each_chunk_updated_as_it_lands_is_bit_equal_to_one_update(optimizer, mo
 
 
 def test_float16_weights_with_float32_master_copies_are_bit_equal(monkeypatch):
+    monkeypatch.setattr(updates, "UPDATE_BYTES", 1000)
     _, (arrays, *_) = train("sgd", monkeypatch, "0", dtype="float16")
     early, (chunked, *_) = train("sgd", monkeypatch, "1", dtype="float16")
     assert early.chunk_updates is not None
