@@ -11,7 +11,8 @@ Reads (each written by the command in parentheses, run from benchmarks/):
   compression_accuracy.json  (python compression_accuracy.py --json
                               results/compression_accuracy.json)
   peers.json            (python peers.py --horovod-python PY --env GLUONDIST_CHUNK_BYTES=65536
-                         --variant c512=GLUONDIST_CHUNK_BYTES=524288 --json results/peers.json,
+                         --variant c512=GLUONDIST_CHUNK_BYTES=524288
+                         --variant late=GLUONDIST_CHUNK_UPDATES=0 --json results/peers.json,
                          as root)
   peers_512k.json       (python peers.py --horovod-python PY --json results/peers_512k.json,
                          as root, when 512 KiB was the chunk size)

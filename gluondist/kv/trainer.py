@@ -47,6 +47,8 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     next: one big array then takes about as long as the same bytes in many small ones. At most
     :data:`CHUNKS_IN_FLIGHT` chunks per server (or ``GLUONDIST_CHUNKS_IN_FLIGHT``) are pushed
     and not yet pulled back. The result is bit-equal to sending each gradient whole.
+    :class:`TrainStep` updates each chunk as its sum comes back (see
+    :mod:`gluondist.kv.updates`; ``GLUONDIST_CHUNK_UPDATES=0``: after the last pull).
 
     ``params``: a ParameterDict, a list of Parameters, or a
     :class:`~gluondist.pipeline.Pipeline` (whose ``trainer_type``, a
