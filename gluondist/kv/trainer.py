@@ -62,10 +62,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     if hasattr(params, "trainer_type"):  # a Pipeline: its parameters, its trainer
         trainer_type = trainer_type or params.trainer_type
         params = params.collect_params()
-    if chunk_bytes is None:
-        chunk_bytes = chunk_bytes_from_env()
-    in_flight = chunks_in_flight_from_env()
-    chunk_updates_from_env()  # refused here in any process; TrainStep reads it
+    chunk_bytes, in_flight = _chunking(chunk_bytes)
     kv = NODE.create(kvstore, num_contexts) if isinstance(kvstore, str) or kvstore is None \
         else kvstore
     mode = Mode.of(kv)
@@ -92,6 +89,17 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
         trainer._init_kvstore()
         trainer._init_params()
     return trainer
+
+
+def _chunking(chunk_bytes: Optional[int]) -> Tuple[int, int]:
+    """``chunk_bytes`` (None: GLUONDIST_CHUNK_BYTES's) and the chunks in flight per server, from
+    the environment, whose chunk settings are refused here in one line in any process (with or
+    without a kvstore), GLUONDIST_CHUNK_UPDATES too (TrainStep reads it)."""
+    if chunk_bytes is None:
+        chunk_bytes = chunk_bytes_from_env()
+    in_flight = chunks_in_flight_from_env()
+    chunk_updates_from_env()
+    return chunk_bytes, in_flight
 
 
 def _keyed(kv, params, update_on_kvstore: bool, chunk_bytes: int, in_flight: int,

@@ -1,5 +1,5 @@
-"""The optimizer step of a chunked gradient, chunk by chunk as each sum comes back from its
-server (:class:`ChunkUpdates`), so that the update of one chunk runs while the next ones are
+"""The optimizer step of a chunked gradient, piece by piece as the sums come back from the
+servers (:class:`ChunkUpdates`), so that the update of one piece runs while the next chunks are
 still on the wire instead of after the last pull."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ UPDATE_BYTES = 1 << 19
 
 # Optimizers whose update of an element reads only that element of the weight, the gradient
 # and the states: updating views of a chunk is then the same arithmetic as updating the whole
-# array, and tests/unit/test_chunk_updates.py checks each is bit-equal. Not here: LARS, LAMB,
+# array, and tests/training/test_chunk_updates.py checks each is bit-equal. Not here: LARS, LAMB,
 # LBSGD (norms of the whole array), SGLD (random noise drawn per call), Nadam (a schedule
 # advanced on every call), DCASGD (a copy of the previous weight), and any subclass, which may
 # change update().
@@ -27,15 +27,16 @@ ELEMENTWISE = tuple(getattr(mx.optimizer, name) for name in (
 
 
 class ChunkUpdates:
-    """Updates each chunk of a chunked parameter as its sum lands in the gradient.
+    """Updates a chunked parameter piece by piece as the chunks' sums land in the gradient.
 
     ``trainer.update()`` after the last pull would apply the optimizer to every parameter
     after the whole step's traffic; here the kvstore calls :meth:`landed` for each chunk it
-    copies back, which issues that chunk's update on views of the weight, the gradient and the
-    optimizer's states (MXNet's engine runs it once the copy is done, while later chunks are
-    still travelling). The other parameters are updated as before, after the last pull. Update
-    counts (and so learning-rate schedules and Adam's bias correction) advance once per step,
-    as with one update of the whole array.
+    copies back, and once every chunk of a group (consecutive chunks of at least
+    :data:`UPDATE_BYTES`) has landed, the group's update is issued on views of the weight, the
+    gradient and the optimizer's states (MXNet's engine runs it once the copies are done, while
+    later chunks are still travelling). The other parameters are updated as before, after the
+    last pull. Update counts (and so learning-rate schedules and Adam's bias correction)
+    advance once per step, as with one update of the whole array.
 
     Only where the result is the same: a plain ``gluon.Trainer`` updating on the workers, an
     optimizer of :data:`ELEMENTWISE`, no gradient clipping (which needs every chunk's sum
@@ -43,7 +44,7 @@ class ChunkUpdates:
     scaler. :meth:`of` returns None otherwise."""
 
     def __init__(self, trainer, kv, update_bytes: Optional[int] = None):
-        self.trainer, self.kv = trainer, kv
+        self.trainer = trainer
         update_bytes = UPDATE_BYTES if update_bytes is None else update_bytes
         # consecutive chunks of a parameter, updated together once all have landed: MXNet key
         # -> its group; a group: (parameter index, first element, end, its chunks, whether

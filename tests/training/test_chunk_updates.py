@@ -19,11 +19,11 @@ SETTINGS = {"sgd": {"momentum": 0.9, "wd": 1e-3}, "nag": {"momentum": 0.9},
             "rmsprop": {"centered": True}}
 
 
-def train(optimizer, monkeypatch, updates: str, dtype="float32", steps=3, clip=None):
+def train(optimizer, monkeypatch, switch: str, dtype="float32", steps=3, clip=None):
     """Two parameters (the first, 3,000 elements, in 12 chunks of 1000 bytes) trained ``steps``
-    steps with GLUONDIST_CHUNK_UPDATES=``updates``: the parameters, the optimizer's states and
+    steps with GLUONDIST_CHUNK_UPDATES=``switch``: the parameters, the optimizer's states and
     counts."""
-    monkeypatch.setenv("GLUONDIST_CHUNK_UPDATES", updates)
+    monkeypatch.setenv("GLUONDIST_CHUNK_UPDATES", switch)
     mx.random.seed(0)
     params = [mx.gluon.Parameter(name, shape=shape, dtype=dtype)
               for name, shape in (("w", (100, 30)), ("b", (3,)))]
@@ -49,18 +49,10 @@ def train(optimizer, monkeypatch, updates: str, dtype="float32", steps=3, clip=N
             loss.backward()
         step(8)
     updater = trainer._updaters[0]
-    leaves = [s for i in sorted(updater.states) for s in _flat(updater.states[i])]
+    leaves = [s for i in sorted(updater.states) for s in updates._leaves(updater.states[i])]
     opt = trainer._optimizer
     return step, ([p.data(c).asnumpy() for p in params for c in CTXS] +
                   [s.asnumpy() for s in leaves], opt._all_index_update_counts, opt.num_update)
-
-
-def _flat(state):
-    if state is None:
-        return []
-    if isinstance(state, (tuple, list)):
-        return [leaf for part in state for leaf in _flat(part)]
-    return [state]
 
 
 # a chunk a group (12 updates of the first parameter a step), 3 (4 of them), all (1)
