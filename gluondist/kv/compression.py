@@ -35,7 +35,10 @@ from __future__ import annotations
 import copy
 import math
 import zlib
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Type
+
+if TYPE_CHECKING:
+    from .calls import Prepared
 
 FP16_MAX = 65504.0  # float16's largest finite value
 DEFAULT_THRESHOLD = 0.5  # MXNet's, for "2bit" given without one
@@ -123,6 +126,7 @@ class Compression:
         """This format's wire for one trainer of ``count`` MXNet keys in a job of ``workers``."""
         wire = copy.copy(self)
         wire.workers, wire.count = workers, count
+        wire.__dict__.pop("_calls", None)  # a trainer's own
         return wire
 
     def key(self, key: int) -> int:
@@ -142,13 +146,22 @@ class Compression:
         staging arrays (``staging.take``; in the next slot if ``chunk``)."""
         bufs = staging.take(key, parts, chunk=chunk)
         for part, buf in zip(parts, bufs):
-            part.copyto(buf)
+            self.calls.copy(("in", id(buf)), part, buf)
         return bufs
 
     def land(self, bufs, out) -> None:
         """The pulled sum in ``bufs`` into ``out`` (one array per device, or one array)."""
         for buf, target in zip(bufs, out if isinstance(out, (list, tuple)) else [out]):
-            buf.copyto(target)
+            self.calls.copy(("out", id(buf)), buf, target)
+
+    @property
+    def calls(self) -> "Prepared":
+        """This wire's copies, prepared once per staging array (see gluondist.kv.calls)."""
+        calls = self.__dict__.get("_calls")
+        if calls is None:
+            from .calls import Prepared  # noqa: F811 (MXNet: the launcher imports this module)
+            calls = self.__dict__["_calls"] = Prepared()
+        return calls
 
     def check(self) -> None:
         """After a step's pulls (the trainer's check_compression)."""

@@ -13,6 +13,7 @@ import numpy as np
 from .. import devices, envvars as ev
 from .._mx import mx
 from . import compression as cmp
+from .calls import Prepared
 from .chunks import (chunk_bounds, chunk_bytes_from_env, chunk_updates_from_env,
                      chunks_in_flight_from_env)
 from .kinds import Mode
@@ -170,6 +171,7 @@ class _KeyedStore(mx.kv.KVStoreBase):
         self.wire = wire or cmp.FLOAT32.bind(kv.num_workers, self._count)  # how keys travel
         self._first = list(offset + np.cumsum([0] + [len(c) for c in chunks[:-1]]))
         self.staging = staging or Staging(0, 0)
+        self._calls = Prepared()  # the step's pushpulls (see _pushpull)
         # MXNet keys of the chunks of a gradient cut in several (see pushpull)
         self._staged = {int(f) + j for f, c in zip(self._first, self._chunks) if len(c) > 1
                         for j in range(len(c))}
@@ -246,13 +248,13 @@ class _KeyedStore(mx.kv.KVStoreBase):
             parts = list(v) if isinstance(v, (list, tuple)) else [v]
             chunk = k in self._staged
             if not chunk and wire.whole_as_is:  # as it is
-                self._pushpull([k], [v], [o], priority)
+                self._pushpull(k, v, o, priority, k)
                 continue
             if chunk and len(waiting) == self.staging.slots > 0:
                 self._land(*waiting.popleft())
             bufs = wire.stage(k, parts, self.staging, chunk)
             staged = bufs if len(bufs) > 1 else bufs[0]
-            self._pushpull([wire.key(k)], [staged], [staged], priority)
+            self._pushpull(wire.key(k), staged, staged, priority, (k, id(bufs[0])))
             if chunk:
                 waiting.append((k, bufs, o))
             else:
@@ -266,11 +268,16 @@ class _KeyedStore(mx.kv.KVStoreBase):
         if self.landed is not None:
             self.landed(key)
 
-    def _pushpull(self, keys, values, outs, priority) -> None:
-        if NODE.compression is None:
-            return self._kv.pushpull(keys, values, out=outs, priority=priority)
-        self._kv.push(keys, values, priority=priority)  # 2-bit refuses pushpull
-        return self._kv.pull(keys, out=outs, priority=priority)
+    def _pushpull(self, key: int, value, out, priority: int, name) -> None:
+        """One MXNet key's pushpull, prepared once under ``name`` (see
+        gluondist.kv.calls) where it pulls into what it pushes."""
+        if NODE.compression is not None:
+            self._kv.push(key, value, priority=priority)  # 2-bit refuses pushpull
+            return self._kv.pull(key, out=out, priority=priority)
+        if out is value and isinstance(self._kv, mx.kv.KVStore):
+            values = value if isinstance(value, (list, tuple)) else [value]
+            return self._calls.pushpull(name, self._kv, key, values, priority)
+        return self._kv.pushpull(key, value, out=out, priority=priority)
 
     def wire_keys(self) -> List[int]:
         """The wire's own keys (key_factor 2, fp16's float16 ones), in the order of the

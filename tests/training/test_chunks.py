@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import gluondist
+from gluondist.kv.calls import Prepared
 from gluondist.kv.staging import Staging
 from gluondist.kv.trainer import _KeyedStore
 from gluondist.kvstore import CHUNK_BYTES, chunk_bounds, parameter_chunks
@@ -80,6 +81,32 @@ def test_several_devices_chunks_are_staged_per_device():
         assert np.array_equal(g.asnumpy(), np.arange(20).reshape((4, 5)) * 3)
     assert sorted((s, d) for s, d, *_ in store.staging._arrays) == [(0, 0), (0, 1), (1, 0),
                                                                      (1, 1)]
+
+
+def test_prepared_calls_copy_and_pushpull_as_mxnet_does_and_follow_new_arrays():
+    """gluondist.kv.calls: the C calls made with arguments built once give what copyto and
+    pushpull give; a call kept under a name is rebuilt when its arrays change."""
+    calls, kv = Prepared(), mx.kv.create("local")
+    src, dst = mx.nd.arange(6), mx.nd.zeros(6)
+    calls.copy("c", src, dst)
+    assert np.array_equal(dst.asnumpy(), np.arange(6))
+    src *= 2  # the same arrays: the same call, the new values
+    calls.copy("c", src, dst)
+    assert np.array_equal(dst.asnumpy(), np.arange(6) * 2)
+    other = mx.nd.ones((2, 3))[1]  # a view, as chunks are
+    calls.copy("c", other, dst[:3])
+    assert np.array_equal(dst.asnumpy(), [1, 1, 1, 6, 8, 10])
+    kv.init(3, mx.nd.zeros(4))
+    parts = [mx.nd.arange(4), mx.nd.arange(4) * 10]  # two devices' arrays: summed, in place
+    calls.pushpull("p", kv, 3, parts, 0)
+    for part in parts:
+        assert np.array_equal(part.asnumpy(), np.arange(4) * 11)
+    fresh = [mx.nd.ones(4)]
+    calls.pushpull("p", kv, 3, fresh, -1)
+    assert np.array_equal(fresh[0].asnumpy(), np.ones(4))
+    with pytest.raises(mx.base.MXNetError):  # MXNet's error, raised, for a key never made
+        calls.pushpull("q", kv, 99, fresh, 0)
+        mx.nd.waitall()
 
 
 BAD = {"GLUONDIST_CHUNK_BYTES": ("1MB", "1e6", "", "-5", "4", " 2048", "+2048", "2_048"),
