@@ -3,9 +3,9 @@
 MXNet 1.9.1's Python builds a call's C arguments anew each time: ``NDArray.copyto`` the arrays
 of handles, a check of each array's type and the operator's keyword strings, and
 ``KVStore.pushpull`` the arrays of keys and handles. That costs more than the call: at 64 KiB
-chunks a worker spent 9 to 10 ms of Python a step issuing an 8 MB layer's 130 chunks
-(two copies and a pushpull each), and in a job the workers do it all at once, beside their
-backward passes, on the hosts' cores. The trainer passes the same gradients and staging arrays
+chunks a worker spent 6.7 ms of Python a step issuing an 8 MB layer's 130 chunks (two copies
+and a pushpull each) through them, 4.4 ms this way (benchmarks/issue_cost.py), and in a job
+the workers do it all at once, beside their backward passes, on the hosts' cores. The trainer passes the same gradients and staging arrays
 every step, so each pair of arrays gets a :class:`Copy` and each key and array a
 :class:`PushPull` once, and a step makes only the C calls."""
 from __future__ import annotations
@@ -16,15 +16,8 @@ from array import array
 from .._mx import mx
 
 _LIB, check_call = mx.base._LIB, mx.base.check_call
-_COPYTO = []  # MXNet's _copyto operator (what NDArray.copyto runs), looked up once
-
-
-def _copyto() -> ctypes.c_void_p:
-    if not _COPYTO:
-        handle = ctypes.c_void_p()
-        check_call(_LIB.NNGetOpHandle(mx.base.c_str("_copyto"), ctypes.byref(handle)))
-        _COPYTO.append(handle)
-    return _COPYTO[0]
+_COPYTO = ctypes.c_void_p()  # MXNet's _copyto operator, what NDArray.copyto runs
+check_call(_LIB.NNGetOpHandle(mx.base.c_str("_copyto"), ctypes.byref(_COPYTO)))
 
 
 class Copy:
@@ -42,7 +35,7 @@ class Copy:
 
     def __call__(self) -> None:
         check_call(_LIB.MXImperativeInvokeEx(
-            _copyto(), 1, self._inputs, ctypes.byref(self._count),
+            _COPYTO, 1, self._inputs, ctypes.byref(self._count),
             ctypes.byref(self._outputs), 0, None, None, ctypes.byref(self._stypes)))
 
 

@@ -171,7 +171,8 @@ class _KeyedStore(mx.kv.KVStoreBase):
         self.wire = wire or cmp.FLOAT32.bind(kv.num_workers, self._count)  # how keys travel
         self._first = list(offset + np.cumsum([0] + [len(c) for c in chunks[:-1]]))
         self.staging = staging or Staging(0, 0)
-        self._calls = Prepared()  # the step's pushpulls (see _pushpull)
+        # the step's pushpulls, prepared (see _pushpull) on MXNet's own kvstores
+        self._calls = Prepared() if isinstance(kv, mx.kv.KVStore) else None
         # MXNet keys of the chunks of a gradient cut in several (see pushpull)
         self._staged = {int(f) + j for f, c in zip(self._first, self._chunks) if len(c) > 1
                         for j in range(len(c))}
@@ -274,7 +275,7 @@ class _KeyedStore(mx.kv.KVStoreBase):
         if NODE.compression is not None:
             self._kv.push(key, value, priority=priority)  # 2-bit refuses pushpull
             return self._kv.pull(key, out=out, priority=priority)
-        if out is value and isinstance(self._kv, mx.kv.KVStore):
+        if out is value and self._calls is not None:
             values = value if isinstance(value, (list, tuple)) else [value]
             return self._calls.pushpull(name, self._kv, key, values, priority)
         return self._kv.pushpull(key, value, out=out, priority=priority)
