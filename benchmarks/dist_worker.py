@@ -9,15 +9,19 @@ import os
 import sys
 import time
 
-import mxnet as mx
-from mxnet import autograd, gluon
+from positional import positional
 
-from gluondist import heartbeat
+args = positional(__doc__, 1, 4)
 
-mode = sys.argv[1]
-steps = int(sys.argv[2]) if len(sys.argv) > 2 else 200
-hidden = int(sys.argv[3]) if len(sys.argv) > 3 else 256
-batch = int(sys.argv[4]) if len(sys.argv) > 4 else 64
+import mxnet as mx  # noqa: E402
+from mxnet import autograd, gluon  # noqa: E402
+
+from gluondist import heartbeat  # noqa: E402
+
+mode = args[0]
+steps = int(args[1]) if len(args) > 1 else 200
+hidden = int(args[2]) if len(args) > 2 else 256
+batch = int(args[3]) if len(args) > 3 else 64
 kv = mx.kv.create("dist_sync")
 if mode == "trivial":
     sys.exit(0)

@@ -11,7 +11,6 @@ clock of each step and epoch end (for the link timelines).
 """
 import json
 import os
-import sys
 import time
 
 os.environ["OMP_NUM_THREADS"] = "1"  # before MXNet starts its pool: the same in both
@@ -106,8 +105,10 @@ def with_horovod(out, epochs, stamps):
 
 
 def main():
-    which, out, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    stamps = Stamps(sys.argv[4] if len(sys.argv) > 4 else None)
+    from positional import positional
+    args = positional(__doc__, 3, 4)
+    which, out, epochs = args[0], args[1], int(args[2])
+    stamps = Stamps(args[3] if len(args) > 3 else None)
     train = {"gluondist": with_gluondist, "horovod": with_horovod}[which]
     seconds = train(out, epochs, stamps)
     if seconds is not None:

@@ -2,7 +2,6 @@
 `tcp_pair.py recv ADDRESS PORT` listens and prints the rate it received at (bytes/s, first
 byte to last); `tcp_pair.py send ADDRESS PORT MBYTES` connects and sends."""
 import socket
-import sys
 import time
 
 BLOCK = 1 << 16
@@ -32,7 +31,9 @@ def send(address: str, port: int, mbytes: float) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "recv":
-        recv(sys.argv[2], int(sys.argv[3]))
+    from positional import positional
+    args = positional(__doc__, 3, 4)
+    if args[0] == "recv":
+        recv(args[1], int(args[2]))
     else:
-        send(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
+        send(args[1], int(args[2]), float(args[3]))

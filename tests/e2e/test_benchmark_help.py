@@ -1,0 +1,28 @@
+"""Every script in benchmarks/ answers ``--help`` (exit 0, its usage), and a worker script that
+other benchmarks start refuses a wrong command line in one line (exit 2), before MXNet starts:
+fresh interpreters, so this tier."""
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+SCRIPTS = sorted(p for p in (ROOT / "benchmarks").glob("*.py"))
+WORKERS = ["big_layer.py", "dist_worker.py", "peer_train.py", "tcp_pair.py"]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_every_benchmark_answers_help(script):
+    run = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("name", WORKERS)
+def test_a_worker_script_refuses_a_wrong_command_line_in_one_line(name):
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name)], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert run.returncode == 2
+    [line] = run.stderr.strip().splitlines()
+    assert line.startswith(f"{name}: 0 arguments given") and f"see {name} --help" in line
