@@ -18,8 +18,8 @@ SERVER_HASH = 9973
 # server) must fit in the links' queues: on slow links smaller chunks win. On 200 Mbit/s
 # namespace hosts whose queues hold about 1.5 MB, 512 KiB (2 and 3 MiB in flight over a
 # worker's link at 3 and 4 workers with a server on each host) filled them until they
-# dropped packets, and every chunk waited behind them; 64 KiB dropped none and took 0.88 and
-# 0.84 of 512 KiB's time in the same run (benchmarks/peers.py, benchmarks/results/peers.json).
+# dropped packets, and every chunk waited behind them; 64 KiB dropped none and took 0.87 and
+# 0.83 of 512 KiB's time in the same run (benchmarks/peers.py, benchmarks/results/peers.json).
 # But each chunk is also a message for a server and a few Python calls, about 0.3 ms here:
 # where no link limits the step, on one host, 64 KiB took 2.0 to 2.8 times as long as 512 KiB
 # (benchmarks/chunk_size.py, benchmarks/results/chunk_size.json), and at that cost 64 KiB

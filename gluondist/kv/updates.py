@@ -10,10 +10,10 @@ import numpy as np
 from .._mx import mx
 
 # Bytes of a parameter updated at once, at least: consecutive chunks are updated together once
-# all have landed. Each update is ~0.1 ms of Python (the optimizer's update() and its count,
-# learning rate and state), which at 64 KiB a chunk cost more than the copies: 22 against 7.7
-# ms a step to issue an 8 MB layer's 128 chunks. 512 KiB, the default chunk, leaves the last
-# update after the step's last pull at about 0.4 ms here.
+# all have landed. Each update is several Python calls (the optimizer's update() and its count,
+# learning rate and state): at 64 KiB chunks one per chunk would be 128 a step for an 8 MB
+# layer, in runs of 512 KiB (the default chunk) 16, whose last is the only update left after
+# the step's last pull.
 UPDATE_BYTES = 1 << 19
 
 # Optimizers whose update of an element reads only that element of the weight, the gradient

@@ -1,0 +1,88 @@
+"""`gluondist bench kvstore` at this tree and at an earlier commit, alternately, in one run: how a
+change moved the kvstore's step time (issue 34 asks that `gluondist bench kvstore -n 2 --mbytes
+1` be no slower than before).
+
+    python benchmarks/against_commit.py COMMIT [--repeats N] [--json FILE] -- BENCH_ARGS...
+
+The commit is checked out in a temporary git worktree and run by an interpreter of its own (a
+venv whose only path file puts that worktree before this environment's site-packages, so the
+launcher's workers and servers import the commit's gluondist and this environment's MXNet).
+Each repeat runs `gluondist bench kvstore BENCH_ARGS --json` once for each tree, in alternating
+order; the result is each server count's median step time for each tree and their ratio."""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def commit_python(commit: str, where: str) -> str:
+    """An interpreter that imports gluondist from ``commit`` (checked out under ``where``)."""
+    tree, venv = os.path.join(where, "tree"), os.path.join(where, "venv")
+    subprocess.run(["git", "-C", ROOT, "worktree", "add", "-q", "--detach", tree, commit],
+                   check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    python = os.path.join(venv, "bin", "python")
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                              "['purelib'])"], check=True, capture_output=True,
+                             text=True).stdout.strip()
+    with open(os.path.join(purelib, "commit.pth"), "w") as f:
+        f.write(f"{tree}\n{sysconfig.get_paths()['purelib']}\n")
+    return python
+
+
+def bench(python: str, args) -> dict:
+    """``{servers: step_s}`` of one `gluondist bench kvstore ARGS --json` run."""
+    run = subprocess.run([python, "-m", "gluondist.cli", "bench", "kvstore", *args, "--json"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    if run.returncode != 0:
+        sys.exit(f"gluondist bench kvstore {' '.join(args)} failed under {python}:\n"
+                 f"{run.stderr.strip()[-2000:]}")
+    rows = json.loads(run.stdout.strip().splitlines()[-1])["rows"]
+    return {str(r["servers"]): r["step_s"] for r in rows}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("commit", help="the earlier commit, such as 3a28597")
+    parser.add_argument("--repeats", type=int, default=8)
+    parser.add_argument("--json", metavar="FILE")
+    parser.epilog = "After --, gluondist bench kvstore's own arguments (default -n 2 --mbytes 1)."
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    opts = parser.parse_args(argv[:cut])
+    args = argv[cut + 1:] or ["-n", "2", "--mbytes", "1"]
+    with tempfile.TemporaryDirectory() as where:
+        try:
+            sides = {"this tree": sys.executable, opts.commit: commit_python(opts.commit, where)}
+            runs = {name: [] for name in sides}
+            for rep in range(opts.repeats):
+                order = list(sides.items())
+                for name, python in (order if rep % 2 == 0 else order[::-1]):
+                    runs[name].append(bench(python, args))
+                    print(f"repeat {rep + 1}, {name}: {runs[name][-1]}", flush=True)
+        finally:
+            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force",
+                            os.path.join(where, "tree")], capture_output=True)
+    now = runs["this tree"]
+    medians = {name: {s: statistics.median(r[s] for r in rs) for s in rs[0]}
+               for name, rs in runs.items()}
+    ratio = {s: medians["this tree"][s] / medians[opts.commit][s] for s in now[0]}
+    for s in now[0]:
+        print(f"{s} server(s): {medians['this tree'][s] * 1e3:.2f} ms a step against "
+              f"{medians[opts.commit][s] * 1e3:.2f} ms at {opts.commit}: {ratio[s]:.3f}")
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump({"command": "python " + " ".join(sys.argv), "commit": opts.commit,
+                       "bench_args": args, "runs": runs, "median_step_s": medians,
+                       "ratio": ratio, "load_1min": os.getloadavg()[0]}, f, indent=1)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
