@@ -69,11 +69,10 @@ def main():
         finally:
             subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force",
                             os.path.join(where, "tree")], capture_output=True)
-    now = runs["this tree"]
     medians = {name: {s: statistics.median(r[s] for r in rs) for s in rs[0]}
                for name, rs in runs.items()}
-    ratio = {s: medians["this tree"][s] / medians[opts.commit][s] for s in now[0]}
-    for s in now[0]:
+    ratio = {s: now / medians[opts.commit][s] for s, now in medians["this tree"].items()}
+    for s in ratio:
         print(f"{s} server(s): {medians['this tree'][s] * 1e3:.2f} ms a step against "
               f"{medians[opts.commit][s] * 1e3:.2f} ms at {opts.commit}: {ratio[s]:.3f}")
     if opts.json:

@@ -159,7 +159,7 @@ class Compression:
         """This wire's copies, prepared once per staging array (see gluondist.kv.calls)."""
         calls = self.__dict__.get("_calls")
         if calls is None:
-            from .calls import Prepared  # MXNet's: the launcher imports this module
+            from .calls import Prepared  # loads MXNet: here, as the launcher imports this module
             calls = self.__dict__["_calls"] = Prepared()
         return calls
 
