@@ -1,16 +1,24 @@
 """One worker of benchmarks/peers.py: the same training through gluondist's ``fit`` (under
 ``gluondist launch``) or through Horovod's ``DistributedTrainer`` (under ``horovodrun``).
 
-    peer_train.py gluondist|horovod OUT EPOCHS [STEPS_LOG]
+    peer_train.py gluondist|gluondist-loop|gluondist-comm|horovod|horovod-comm OUT EPOCHS
+                  [STEPS_LOG]
 
 A net dominated by one 8 MB layer (Dense(2048) on 1,024 inputs, then Dense(10)), random data,
 64 samples per worker per step, 10 steps an epoch, SGD with momentum, one OpenMP thread, no
 hybridization on either side. Worker 0 writes ``{"epoch_seconds": [...]}`` to OUT, each epoch
 timed to the end of its last update (``mx.nd.waitall()``); with STEPS_LOG, also the wall
 clock of each step and epoch end (for the link timelines).
+
+Where an epoch goes (peers.py --parts): ``gluondist-loop`` trains in a hand-written loop of
+gluondist's parts (``make_trainer``, ``TrainStep``) instead of ``fit``; ``gluondist-comm`` and
+``horovod-comm`` take out the net's passes: one forward and backward before the first epoch,
+then each step sends those same gradients and updates, so an epoch is the synchronisation and
+the update alone.
 """
 import json
 import os
+import sys
 import time
 
 os.environ["OMP_NUM_THREADS"] = "1"  # before MXNet starts its pool: the same in both
@@ -72,7 +80,57 @@ def with_gluondist(out, epochs, stamps):
     return None
 
 
-def with_horovod(out, epochs, stamps):
+def with_gluondist_loop(out, epochs, stamps, passes=True):
+    from gluondist import kvstore
+    rank, workers = kvstore.rank(), kvstore.num_workers()
+    mx.random.seed(0)
+    model = net()
+    model.initialize(mx.init.Xavier())
+    kv = kvstore.create()
+    trainer = kvstore.make_trainer(model.collect_params(), "sgd", dict(OPT), kv,
+                                   batch_size=BATCH)
+    step = kvstore.TrainStep(trainer, kv, [mx.cpu()], BATCH)
+    return train_loop(model, lambda: step(BATCH * workers), rank, workers, epochs, stamps,
+                      passes)
+
+
+def with_gluondist_comm(out, epochs, stamps):
+    return with_gluondist_loop(out, epochs, stamps, passes=False)
+
+
+def train_loop(model, update, rank, workers, epochs, stamps, passes=True):
+    """The epochs of a hand-written loop: ``update()`` after each batch's backward (with
+    ``passes`` False, one forward and backward before the first epoch and none after)."""
+    from mxnet import autograd, gluon
+    X, y = data(workers)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    seconds = []
+    for epoch in range(epochs):
+        mx.nd.waitall()
+        started = time.perf_counter()
+        for step in range(STEPS):
+            if passes or (epoch, step) == (0, 0):
+                rows = slice((step * workers + rank) * BATCH,
+                             (step * workers + rank + 1) * BATCH)
+                x, label = mx.nd.array(X[rows]), mx.nd.array(y[rows])
+                with autograd.record():
+                    loss = loss_fn(model(x), label)
+                loss.backward()
+            else:  # the same gradients again, which Trainer would refuse as stale
+                for p in model.collect_params().values():
+                    for d in p.list_data():
+                        d._fresh_grad = True
+            update()
+            if rank == 0:
+                stamps.add(epoch, step)
+        mx.nd.waitall()
+        seconds.append(time.perf_counter() - started)
+        if rank == 0:
+            stamps.add(epoch)
+    return seconds if rank == 0 else None
+
+
+def with_horovod(out, epochs, stamps, passes=True):
     import horovod.mxnet as hvd
     from mxnet import autograd, gluon
     hvd.init()
@@ -83,25 +141,12 @@ def with_horovod(out, epochs, stamps):
     params = model.collect_params()
     hvd.broadcast_parameters(params, root_rank=0)
     trainer = hvd.DistributedTrainer(params, "sgd", dict(OPT))
-    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    seconds = []
-    for epoch in range(epochs):
-        mx.nd.waitall()
-        started = time.perf_counter()
-        for step in range(STEPS):
-            rows = slice((step * workers + rank) * BATCH, (step * workers + rank + 1) * BATCH)
-            x, label = mx.nd.array(X[rows]), mx.nd.array(y[rows])
-            with autograd.record():
-                loss = loss_fn(model(x), label)
-            loss.backward()
-            trainer.step(BATCH)
-            if rank == 0:
-                stamps.add(epoch, step)
-        mx.nd.waitall()
-        seconds.append(time.perf_counter() - started)
-        if rank == 0:
-            stamps.add(epoch)
-    return seconds if rank == 0 else None
+    return train_loop(model, lambda: trainer.step(BATCH), rank, workers, epochs, stamps,
+                      passes)
+
+
+def with_horovod_comm(out, epochs, stamps):
+    return with_horovod(out, epochs, stamps, passes=False)
 
 
 def main():
@@ -109,7 +154,14 @@ def main():
     args = positional(__doc__, 3, 4)
     which, out, epochs = args[0], args[1], int(args[2])
     stamps = Stamps(args[3] if len(args) > 3 else None)
-    train = {"gluondist": with_gluondist, "horovod": with_horovod}[which]
+    modes = {"gluondist": with_gluondist, "gluondist-loop": with_gluondist_loop,
+             "gluondist-comm": with_gluondist_comm, "horovod": with_horovod,
+             "horovod-comm": with_horovod_comm}
+    if which not in modes:
+        print(f"peer_train.py: {which!r} is no way to train; give one of {', '.join(modes)}",
+              file=sys.stderr)
+        sys.exit(2)
+    train = modes[which]
     seconds = train(out, epochs, stamps)
     if seconds is not None:
         with open(out, "w") as f:

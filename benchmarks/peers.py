@@ -5,7 +5,7 @@ network-namespace host, every link shaped to RATE both ways.
     python benchmarks/peers.py --horovod-python PY [--rate 200mbit] [--workers 2 3 4]
                                [--rounds 2] [--epochs 4] [--arms ARM ...]
                                [--env K=V ...] [--variant LABEL=K=V[,K=V] ...]
-                               [--timeline 3 4]
+                               [--parts] [--timeline 3 4]
                                [--timeline-arms ARM ...] [--json FILE]
 
 (as root; tests/netns.py's hosts.) PY is a Python with ``mxnet==1.9.1``, ``numpy<1.24`` and
@@ -33,6 +33,12 @@ hosts sent again, summed over the hosts (``dropped_resent``).
 GLUONDIST_CHUNK_BYTES=65536; ``--variant LABEL=K=V[,K=V]`` adds an arm ``gluondist S=W
 LABEL``: S=W with those settings as well (over --env's), such as other chunk sizes or chunks
 in flight.
+
+``--parts``: three more arms that show where an epoch goes (benchmarks/peer_train.py):
+``gluondist S=W loop``, S=W trained by a hand-written loop of gluondist's parts instead of
+``fit``; ``gluondist S=W comm`` and ``horovod comm``, each side's loop without the net's
+passes (the same gradients sent and applied every step). A comm arm's speed ratio is against
+``horovod comm``.
 
 ``--timeline W ...``: for those worker counts, one more job of each of ``--timeline-arms``
 (default ``gluondist S=W`` and ``horovod``), with every link's byte counters sampled every
@@ -65,6 +71,10 @@ TRAIN = os.path.join(HERE, "peer_train.py")
 STEPS = 10  # peer_train.STEPS
 SIZES = [1024 * 2048, 2048, 2048 * 10, 10]  # peer_train.net()'s parameters, in elements
 ARMS = ("gluondist S=1", "gluondist S=W", "gluondist dedicated", "horovod")
+# --parts: arm -> (the arm whose hosts and servers it uses, peer_train.py's way to train)
+PARTS = {"gluondist S=W loop": ("gluondist S=W", "gluondist-loop"),
+         "gluondist S=W comm": ("gluondist S=W", "gluondist-comm"),
+         "horovod comm": ("horovod", "horovod-comm")}
 SAMPLE_S = 0.01
 
 
@@ -90,7 +100,8 @@ def bound_s(arm: str, workers: int, bits: float, chunk_bytes: int = CHUNK_BYTES)
     return STEPS * per_step * 8 / bits
 
 
-def gluondist_job(cluster, work, arm, workers, epochs, stamps=None, env=None):
+def gluondist_job(cluster, work, arm, workers, epochs, stamps=None, env=None,
+                  mode="gluondist"):
     hosts, extra = cluster.hosts[:workers], cluster.hosts[workers:2 * workers]
     settings = [f"--env={k}={v}" for k, v in (env or {}).items()]
     servers = 1 if arm == "gluondist S=1" else workers
@@ -98,13 +109,13 @@ def gluondist_job(cluster, work, arm, workers, epochs, stamps=None, env=None):
     out = os.path.join(work, "epochs.json")
     argv = [sys.executable, "-m", "gluondist.cli", "launch", "--launcher", "ssh",
             "--ssh-config", cluster.ssh_config, "-H", ",".join(f"{h}:1" for h in hosts),
-            "-n", str(workers), "-s", str(servers), *layout, *settings, TRAIN, "gluondist", out,
+            "-n", str(workers), "-s", str(servers), *layout, *settings, TRAIN, mode, out,
             str(epochs), *([stamps] if stamps else [])]
     run(argv, work)
     return out
 
 
-def horovod_job(cluster, work, python, workers, epochs, stamps=None):
+def horovod_job(cluster, work, python, workers, epochs, stamps=None, mode="horovod"):
     """horovodrun from inside the first host (Gloo binds what the machine's name resolves to:
     the cluster maps it to each host's own address); its ssh reads the cluster's config
     through a wrapper first on PATH, since horovodrun passes no ssh options but a key."""
@@ -120,7 +131,7 @@ def horovod_job(cluster, work, python, workers, epochs, stamps=None):
             f"PATH={wrapper}:{bindir}:{os.environ['PATH']}", os.path.join(bindir, "horovodrun"),
             "--gloo", "--network-interface", "eth0", "--ssh-identity-file",
             os.path.join(cluster.dir, "id"), "-np", str(workers), "-H",
-            ",".join(f"{h}:1" for h in hosts), python, TRAIN, "horovod", out, str(epochs),
+            ",".join(f"{h}:1" for h in hosts), python, TRAIN, mode, out, str(epochs),
             *([stamps] if stamps else [])]
     run(argv, work)
     return out
@@ -157,13 +168,15 @@ def losses(cluster) -> Tuple[int, int]:
     return drops, retrans
 
 
-def job(cluster, tmp, python, arm, workers, epochs, stamps=None, env=None):
-    """The job's epoch times (worker 0's); ``env``: a variant's settings (gluondist only)."""
+def job(cluster, tmp, python, arm, workers, epochs, stamps=None, env=None, mode=None):
+    """The job's epoch times (worker 0's); ``env``: a variant's settings (gluondist only);
+    ``mode``: peer_train.py's way to train (default the arm's side's own)."""
     work = tempfile.mkdtemp(dir=tmp)
     if arm == "horovod":
-        out = horovod_job(cluster, work, python, workers, epochs, stamps)
+        out = horovod_job(cluster, work, python, workers, epochs, stamps, mode or "horovod")
     else:
-        out = gluondist_job(cluster, work, arm, workers, epochs, stamps, env)
+        out = gluondist_job(cluster, work, arm, workers, epochs, stamps, env,
+                            mode or "gluondist")
     with open(out) as f:
         return json.load(f)["epoch_seconds"]
 
@@ -263,6 +276,8 @@ def main():
     parser.add_argument("--workers", type=int, nargs="+", default=[2, 3, 4])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--parts", action="store_true",
+                        help="also a hand-written loop and each side without the passes")
     parser.add_argument("--timeline", type=int, nargs="*", default=[3, 4], metavar="W")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     parser.add_argument("--env", action="append", default=[], metavar="K=V",
@@ -301,8 +316,10 @@ def main():
         except LaunchError:
             parser.error(f"--variant {text}: give LABEL=K=V[,K=V]")
         variants[f"gluondist S=W {label}"] = ("gluondist S=W", {**common, **env})
-    args.arms = args.arms + list(variants)
-    base = lambda arm: variants.get(arm, (arm, None if arm == "horovod" else common or None))
+    args.arms = args.arms + list(variants) + (list(PARTS) if args.parts else [])
+    side = lambda arm: PARTS.get(arm, (arm, None))  # (hosts and servers, way to train)
+    base = lambda arm: variants.get(arm, (side(arm)[0], None if side(arm)[0] == "horovod"
+                                          else common or None))
     runs = {(w, arm): [] for w in args.workers for arm in args.arms}
     lost = {key: [] for key in runs}  # [drops, retransmissions] per job
     result = {"command": "python " + " ".join(sys.argv), "rate": args.rate,
@@ -318,7 +335,7 @@ def main():
                     arm_of, env = base(arm)
                     before = losses(cluster)
                     seconds = job(cluster, tmp, args.horovod_python, arm_of, w, args.epochs,
-                                  env=env)
+                                  env=env, mode=side(arm)[1])
                     lost[w, arm].append([b - a for a, b in zip(before, losses(cluster))])
                     runs[w, arm].append(statistics.median(seconds[1:]))
                     print(f"round {r + 1}, W={w}, {arm}: {runs[w, arm][-1]:.2f} s an epoch "
@@ -331,8 +348,9 @@ def main():
                              base(arm)[1]))
     result["load_1min"].append(os.getloadavg()[0])
     for w in args.workers:
-        horovod = statistics.median(runs[w, "horovod"]) if runs.get((w, "horovod")) else None
         for arm in (a for a in args.arms if runs[w, a]):  # --rounds 0: timelines only
+            peer = "horovod comm" if arm.endswith(" comm") else "horovod"
+            horovod = statistics.median(runs[w, peer]) if runs.get((w, peer)) else None
             epoch = statistics.median(runs[w, arm])
             arm_of, env = base(arm)
             chunk = int((env or {}).get("GLUONDIST_CHUNK_BYTES", CHUNK_BYTES))
@@ -345,7 +363,7 @@ def main():
             result["rows"].append(row)
             print(f"W={w} {arm:>20}: {epoch:.2f} s an epoch, {row['over_bound']:.2f}x its "
                   "byte bound" + ("" if horovod is None else
-                                  f", {row['horovod_speed_ratio']:.2f}x Horovod's speed"),
+                                  f", {row['horovod_speed_ratio']:.3f}x {peer}'s speed"),
                   flush=True)
     for tl in result["timelines"]:
         idle = {k: round(v["idle_share"], 2) for k, v in tl["links"].items()}

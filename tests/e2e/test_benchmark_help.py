@@ -26,3 +26,12 @@ def test_a_worker_script_refuses_a_wrong_command_line_in_one_line(name):
     assert run.returncode == 2
     [line] = run.stderr.strip().splitlines()
     assert line.startswith(f"{name}: 0 arguments given") and f"see {name} --help" in line
+
+
+def test_peer_train_refuses_an_unknown_way_to_train_in_one_line(tmp_path):
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peer_train.py"), "mpi",
+                          str(tmp_path / "out.json"), "1"], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert run.returncode == 2
+    [line] = run.stderr.strip().splitlines()
+    assert line.startswith("peer_train.py: 'mpi' is no way to train") and "horovod-comm" in line
