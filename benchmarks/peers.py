@@ -37,8 +37,9 @@ in flight.
 ``--parts``: three more arms that show where an epoch goes (benchmarks/peer_train.py):
 ``gluondist S=W loop``, S=W trained by a hand-written loop of gluondist's parts instead of
 ``fit``; ``gluondist S=W comm`` and ``horovod comm``, each side's loop without the net's
-passes (the same gradients sent and applied every step). A comm arm's speed ratio is against
-``horovod comm``.
+passes (every step synchronises and applies what the gradient arrays hold). A comm arm's
+speed ratio is against ``horovod comm``. Each row says how its jobs trained (``trains``:
+peer_train.py's way) and which arm its ratio is against (``ratio_against``).
 
 ``--timeline W ...``: for those worker counts, one more job of each of ``--timeline-arms``
 (default ``gluondist S=W`` and ``horovod``), with every link's byte counters sampled every
@@ -49,6 +50,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import statistics
@@ -277,7 +279,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--parts", action="store_true",
-                        help="also a hand-written loop and each side without the passes")
+                        help="also the arms " + ", ".join(repr(a) for a in PARTS) + ": a "
+                             "hand-written loop, and each side without the net's passes (a "
+                             "comm arm's speed ratio is against 'horovod comm')")
     parser.add_argument("--timeline", type=int, nargs="*", default=[3, 4], metavar="W")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     parser.add_argument("--env", action="append", default=[], metavar="K=V",
@@ -294,14 +298,6 @@ def main():
         return sample(args.sample[0], args.sample[1:])
     if not args.horovod_python:
         parser.error("give --horovod-python PY: a Python with horovod.mxnet (docs/measured.md)")
-    reason = netns.unavailable()
-    if reason:
-        raise SystemExit(reason)
-    probe = subprocess.run([args.horovod_python, "-c", "import horovod.mxnet"],
-                           capture_output=True, text=True)
-    if probe.returncode != 0:
-        raise SystemExit(f"--horovod-python {args.horovod_python} cannot import horovod.mxnet "
-                         f"(docs/measured.md says how to install it): {probe.stderr[-300:]}")
     bits = rate_bits(args.rate)
     most = max(args.workers + args.timeline)
     try:
@@ -315,14 +311,26 @@ def main():
             env = env_pairs(settings.split(","))
         except LaunchError:
             parser.error(f"--variant {text}: give LABEL=K=V[,K=V]")
+        if args.parts and f"gluondist S=W {label}" in PARTS:
+            parser.error(f"--variant {text}: {label!r} names an arm of --parts; give the "
+                         "variant another label")
         variants[f"gluondist S=W {label}"] = ("gluondist S=W", {**common, **env})
-    args.arms = args.arms + list(variants) + (list(PARTS) if args.parts else [])
-    side = lambda arm: PARTS.get(arm, (arm, None))  # (hosts and servers, way to train)
+    parts = PARTS if args.parts else {}
+    args.arms = args.arms + list(variants) + list(parts)
+    side = lambda arm: parts.get(arm, (arm, None))  # (hosts and servers, way to train)
     base = lambda arm: variants.get(arm, (side(arm)[0], None if side(arm)[0] == "horovod"
                                           else common or None))
+    reason = netns.unavailable()
+    if reason:
+        raise SystemExit(reason)
+    probe = subprocess.run([args.horovod_python, "-c", "import horovod.mxnet"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise SystemExit(f"--horovod-python {args.horovod_python} cannot import horovod.mxnet "
+                         f"(docs/measured.md says how to install it): {probe.stderr[-300:]}")
     runs = {(w, arm): [] for w in args.workers for arm in args.arms}
     lost = {key: [] for key in runs}  # [drops, retransmissions] per job
-    result = {"command": "python " + " ".join(sys.argv), "rate": args.rate,
+    result = {"command": shlex.join(["python", *sys.argv]), "rate": args.rate,
               "epochs": args.epochs, "steps": STEPS, "env": common,
               "chunk_bytes": int(common.get("GLUONDIST_CHUNK_BYTES", CHUNK_BYTES)),
               "load_1min": [os.getloadavg()[0]], "rows": [], "timelines": []}
@@ -349,12 +357,14 @@ def main():
     result["load_1min"].append(os.getloadavg()[0])
     for w in args.workers:
         for arm in (a for a in args.arms if runs[w, a]):  # --rounds 0: timelines only
-            peer = "horovod comm" if arm.endswith(" comm") else "horovod"
+            peer = "horovod comm" if (side(arm)[1] or "").endswith("-comm") else "horovod"
             horovod = statistics.median(runs[w, peer]) if runs.get((w, peer)) else None
             epoch = statistics.median(runs[w, arm])
             arm_of, env = base(arm)
             chunk = int((env or {}).get("GLUONDIST_CHUNK_BYTES", CHUNK_BYTES))
             row = {"workers": w, "arm": arm, "env": env, "epoch_s": epoch,
+                   "trains": side(arm)[1] or ("horovod" if arm_of == "horovod" else "gluondist"),
+                   "ratio_against": peer,
                    "rounds": runs[w, arm], "bound_s": bound_s(arm_of, w, bits, chunk),
                    "dropped_resent": lost[w, arm],
                    "horovod_speed_ratio":

@@ -35,3 +35,23 @@ def test_peer_train_refuses_an_unknown_way_to_train_in_one_line(tmp_path):
     assert run.returncode == 2
     [line] = run.stderr.strip().splitlines()
     assert line.startswith("peer_train.py: 'mpi' is no way to train") and "horovod-comm" in line
+
+
+def test_peer_train_refuses_epochs_that_are_no_whole_number_in_one_line(tmp_path):
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peer_train.py"),
+                          "gluondist", str(tmp_path / "out.json"), "x"], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert run.returncode == 2
+    assert run.stderr.strip() == "peer_train.py: EPOCHS 'x' is not a whole number of at least 1"
+
+
+def test_peers_refuses_a_variant_named_as_an_arm_of_parts():
+    # before it looks for namespaces or Horovod: any Python path will do
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers.py"),
+                          "--horovod-python", sys.executable, "--parts",
+                          "--variant", "comm=GLUONDIST_CHUNK_BYTES=65536"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines()[-1] == (
+        "peers.py: error: --variant comm=GLUONDIST_CHUNK_BYTES=65536: 'comm' names an arm of "
+        "--parts; give the variant another label")
