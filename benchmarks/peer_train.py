@@ -12,11 +12,13 @@ clock of each step and epoch end (for the link timelines).
 
 Where an epoch goes (peers.py --parts): ``gluondist-loop`` trains in a hand-written loop of
 gluondist's parts (``make_trainer``, ``TrainStep``) instead of ``fit``; ``gluondist-comm`` and
-``horovod-comm`` take out the net's passes: one forward and backward before the first epoch,
-then each step synchronises what the gradient arrays hold and updates, so an epoch is the
-synchronisation and the update alone. Both sides write the sum over the workers back into
-the gradients, which so grow W-fold a step: finite for 60 steps at W=4 (6 epochs; float32's
-range), and the bytes sent and the work per step are the same whatever the values.
+``horovod-comm`` take out the net's passes: one forward and backward in the first step of the
+first epoch (which peers.py leaves out of its figure), then each step synchronises what the
+gradient arrays hold and updates, so an epoch is the synchronisation and the update alone.
+Both sides write the sum over the workers back into the gradients, which so grow W-fold a
+step: finite for 60 steps at W=4 (6 epochs) while the first gradients are below 250
+(4**60 * 250 < float32's largest, 3.4e38); the bytes sent and the work per step are the same
+whatever the values.
 """
 import json
 import os
@@ -102,7 +104,7 @@ def with_gluondist_comm(out, epochs, stamps):
 
 def train_loop(model, update, rank, workers, epochs, stamps, passes=True):
     """The epochs of a hand-written loop: ``update()`` after each batch's backward (with
-    ``passes`` False, one forward and backward before the first epoch and none after)."""
+    ``passes`` False, one forward and backward in the first step and none after)."""
     from mxnet import autograd, gluon
     X, y = data(workers)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
