@@ -12,6 +12,7 @@ order; the result is each server count's median step time for each tree and thei
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -77,7 +78,7 @@ def main():
               f"{medians[opts.commit][s] * 1e3:.2f} ms at {opts.commit}: {ratio[s]:.3f}")
     if opts.json:
         with open(opts.json, "w") as f:
-            json.dump({"command": "python " + " ".join(sys.argv), "commit": opts.commit,
+            json.dump({"command": shlex.join(["python", *sys.argv]), "commit": opts.commit,
                        "bench_args": args, "runs": runs, "median_step_s": medians,
                        "ratio": ratio, "load_1min": os.getloadavg()[0]}, f, indent=1)
             f.write("\n")

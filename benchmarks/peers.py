@@ -102,8 +102,7 @@ def bound_s(arm: str, workers: int, bits: float, chunk_bytes: int = CHUNK_BYTES)
     return STEPS * per_step * 8 / bits
 
 
-def gluondist_job(cluster, work, arm, workers, epochs, stamps=None, env=None,
-                  mode="gluondist"):
+def gluondist_job(cluster, work, arm, workers, epochs, stamps, env, mode):
     hosts, extra = cluster.hosts[:workers], cluster.hosts[workers:2 * workers]
     settings = [f"--env={k}={v}" for k, v in (env or {}).items()]
     servers = 1 if arm == "gluondist S=1" else workers
@@ -117,7 +116,7 @@ def gluondist_job(cluster, work, arm, workers, epochs, stamps=None, env=None,
     return out
 
 
-def horovod_job(cluster, work, python, workers, epochs, stamps=None, mode="horovod"):
+def horovod_job(cluster, work, python, workers, epochs, stamps, mode):
     """horovodrun from inside the first host (Gloo binds what the machine's name resolves to:
     the cluster maps it to each host's own address); its ssh reads the cluster's config
     through a wrapper first on PATH, since horovodrun passes no ssh options but a key."""
@@ -170,15 +169,20 @@ def losses(cluster) -> Tuple[int, int]:
     return drops, retrans
 
 
+def own_way(arm: str) -> str:
+    """peer_train.py's way to train for one of ARMS (or a variant of S=W)."""
+    return "horovod" if arm == "horovod" else "gluondist"
+
+
 def job(cluster, tmp, python, arm, workers, epochs, stamps=None, env=None, mode=None):
     """The job's epoch times (worker 0's); ``env``: a variant's settings (gluondist only);
-    ``mode``: peer_train.py's way to train (default the arm's side's own)."""
+    ``mode``: peer_train.py's way to train (default the arm's own)."""
     work = tempfile.mkdtemp(dir=tmp)
+    mode = mode or own_way(arm)
     if arm == "horovod":
-        out = horovod_job(cluster, work, python, workers, epochs, stamps, mode or "horovod")
+        out = horovod_job(cluster, work, python, workers, epochs, stamps, mode)
     else:
-        out = gluondist_job(cluster, work, arm, workers, epochs, stamps, env,
-                            mode or "gluondist")
+        out = gluondist_job(cluster, work, arm, workers, epochs, stamps, env, mode)
     with open(out) as f:
         return json.load(f)["epoch_seconds"]
 
@@ -317,7 +321,7 @@ def main():
         variants[f"gluondist S=W {label}"] = ("gluondist S=W", {**common, **env})
     parts = PARTS if args.parts else {}
     args.arms = args.arms + list(variants) + list(parts)
-    side = lambda arm: parts.get(arm, (arm, None))  # (hosts and servers, way to train)
+    side = lambda arm: parts.get(arm, (arm, own_way(arm)))  # (hosts and servers, way to train)
     base = lambda arm: variants.get(arm, (side(arm)[0], None if side(arm)[0] == "horovod"
                                           else common or None))
     reason = netns.unavailable()
@@ -357,13 +361,13 @@ def main():
     result["load_1min"].append(os.getloadavg()[0])
     for w in args.workers:
         for arm in (a for a in args.arms if runs[w, a]):  # --rounds 0: timelines only
-            peer = "horovod comm" if (side(arm)[1] or "").endswith("-comm") else "horovod"
+            peer = "horovod comm" if side(arm)[1].endswith("-comm") else "horovod"
             horovod = statistics.median(runs[w, peer]) if runs.get((w, peer)) else None
             epoch = statistics.median(runs[w, arm])
             arm_of, env = base(arm)
             chunk = int((env or {}).get("GLUONDIST_CHUNK_BYTES", CHUNK_BYTES))
             row = {"workers": w, "arm": arm, "env": env, "epoch_s": epoch,
-                   "trains": side(arm)[1] or ("horovod" if arm_of == "horovod" else "gluondist"),
+                   "trains": side(arm)[1],
                    "ratio_against": peer,
                    "rounds": runs[w, arm], "bound_s": bound_s(arm_of, w, bits, chunk),
                    "dropped_resent": lost[w, arm],

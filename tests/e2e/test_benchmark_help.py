@@ -1,6 +1,6 @@
 """Every script in benchmarks/ answers ``--help`` (exit 0, its usage), and a worker script that
-other benchmarks start refuses a wrong command line in one line (exit 2), before MXNet starts:
-fresh interpreters, so this tier."""
+other benchmarks start refuses a wrong command line in one line (exit 2), big_layer.py,
+dist_worker.py and tcp_pair.py before MXNet starts: fresh interpreters, so this tier."""
 import subprocess
 import sys
 
@@ -28,19 +28,20 @@ def test_a_worker_script_refuses_a_wrong_command_line_in_one_line(name):
     assert line.startswith(f"{name}: 0 arguments given") and f"see {name} --help" in line
 
 
+def peer_train(*args):
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peer_train.py"), *args],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
 def test_peer_train_refuses_an_unknown_way_to_train_in_one_line(tmp_path):
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peer_train.py"), "mpi",
-                          str(tmp_path / "out.json"), "1"], capture_output=True, text=True,
-                         timeout=120, cwd=ROOT)
+    run = peer_train("mpi", str(tmp_path / "out.json"), "1")
     assert run.returncode == 2
     [line] = run.stderr.strip().splitlines()
     assert line.startswith("peer_train.py: 'mpi' is no way to train") and "horovod-comm" in line
 
 
 def test_peer_train_refuses_epochs_that_are_no_whole_number_in_one_line(tmp_path):
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peer_train.py"),
-                          "gluondist", str(tmp_path / "out.json"), "x"], capture_output=True,
-                         text=True, timeout=120, cwd=ROOT)
+    run = peer_train("gluondist", str(tmp_path / "out.json"), "x")
     assert run.returncode == 2
     assert run.stderr.strip() == "peer_train.py: EPOCHS 'x' is not a whole number of at least 1"
 
