@@ -302,6 +302,13 @@ def main():
         return sample(args.sample[0], args.sample[1:])
     if not args.horovod_python:
         parser.error("give --horovod-python PY: a Python with horovod.mxnet (docs/measured.md)")
+    if min(args.workers + args.timeline) < 2:
+        parser.error("--workers, --timeline: give 2 or more workers each; one has no peer")
+    if args.epochs < 2:
+        parser.error(f"--epochs {args.epochs}: give 2 or more; the first epoch is not counted")
+    if args.rounds < 0 or (args.rounds == 0 and not args.timeline):
+        parser.error(f"--rounds {args.rounds}: give 1 or more, or 0 with --timeline W "
+                     "for timelines only")
     bits = rate_bits(args.rate)
     most = max(args.workers + args.timeline)
     try:

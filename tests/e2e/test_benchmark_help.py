@@ -46,12 +46,28 @@ def test_peer_train_refuses_epochs_that_are_no_whole_number_in_one_line(tmp_path
     assert run.stderr.strip() == "peer_train.py: EPOCHS 'x' is not a whole number of at least 1"
 
 
-def test_peers_refuses_a_variant_named_as_an_arm_of_parts():
+def peers(*args):
     # before it looks for namespaces or Horovod: any Python path will do
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers.py"),
-                          "--horovod-python", sys.executable, "--parts",
-                          "--variant", "comm=GLUONDIST_CHUNK_BYTES=65536"],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers.py"),
+                           "--horovod-python", sys.executable, *args],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--workers", "1", "3"], "--workers, --timeline: give 2 or more workers each"),
+    (["--timeline", "0"], "--workers, --timeline: give 2 or more workers each"),
+    (["--epochs", "1"], "--epochs 1: give 2 or more; the first epoch is not counted"),
+    (["--rounds", "-1"], "--rounds -1: give 1 or more, or 0 with --timeline W"),
+    (["--rounds", "0", "--timeline"], "--rounds 0: give 1 or more, or 0 with --timeline W")])
+def test_peers_refuses_counts_it_cannot_run_in_one_line(args, says):
+    run = peers(*args)
+    assert run.returncode == 2
+    [line] = run.stderr.strip().splitlines()[-1:]
+    assert line.startswith(f"peers.py: error: {says}")
+
+
+def test_peers_refuses_a_variant_named_as_an_arm_of_parts():
+    run = peers("--parts", "--variant", "comm=GLUONDIST_CHUNK_BYTES=65536")
     assert run.returncode == 2
     assert run.stderr.strip().splitlines()[-1] == (
         "peers.py: error: --variant comm=GLUONDIST_CHUNK_BYTES=65536: 'comm' names an arm of "
