@@ -9,8 +9,9 @@ network-namespace host, every link shaped to RATE both ways.
                                [--timeline-arms ARM ...] [--json FILE]
 
 (as root; tests/netns.py's hosts.) PY is a Python with ``mxnet==1.9.1``, ``numpy<1.24`` and
-``horovod==0.28.1`` built with Gloo (docs/measured.md says how to install it); gluondist runs
-from this Python. Horovod is needed by this benchmark only, never by gluondist.
+``horovod==0.28.1`` built with Gloo (docs/measured.md says how to install it). gluondist runs
+from the Python that runs this script, which must have gluondist and MXNet (the README's
+``.venv/bin/python``). Horovod is needed by this benchmark only, never by gluondist.
 
 The training is the same on both sides (benchmarks/peer_train.py): a net dominated by one 8 MB
 layer, random data, 64 samples per worker per step, 10 steps an epoch, SGD with momentum, one
@@ -47,6 +48,7 @@ peer_train.py's way) and which arm its ratio is against (``ratio_against``).
 worker 0's step times; saved in the JSON for benchmarks/plots.py's timeline.
 """
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -65,7 +67,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, os.path.join(HERE, ".."))
 import netns  # noqa: E402
 from gluondist.bench.model import Layout, link_bytes  # noqa: E402
-from gluondist.kv.chunks import CHUNK_BYTES, chunk_bounds  # noqa: E402
+from gluondist.kv.chunks import CHUNK_BYTES, check_environment, chunk_bounds  # noqa: E402
 from gluondist.launcher.errors import LaunchError  # noqa: E402
 from gluondist.launcher.options import env_pairs  # noqa: E402
 
@@ -81,12 +83,12 @@ SAMPLE_S = 0.01
 
 
 def rate_bits(rate: str) -> float:
-    """tc's rate (``200mbit``, ``1gbit``) in bits per second."""
-    units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
-    for unit, factor in units.items():
-        if rate.endswith(unit):
-            return float(rate[:-len(unit)]) * factor
-    raise SystemExit(f"--rate {rate}: give it as tc does, such as 200mbit or 1gbit")
+    """tc's rate (``200mbit``, ``1gbit``) in bits per second; ValueError in one line."""
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)(kbit|mbit|gbit)", rate)
+    if not found or float(found.group(1)) <= 0:
+        raise ValueError(f"--rate {rate}: give a rate above 0 as tc does, such as 200mbit or "
+                         "1gbit")
+    return float(found.group(1)) * {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[found.group(2)]
 
 
 def bound_s(arm: str, workers: int, bits: float, chunk_bytes: int = CHUNK_BYTES) -> float:
@@ -275,18 +277,76 @@ def timeline(cluster, tmp, python, arm, workers, epochs, bits, env=None):
             "links": series}
 
 
+def checked(parser, args):
+    """Every option checked before any host is built or Horovod probed (a mistake is one line
+    and exit 2); returns the rate in bits per second, --env's settings, and the variants (arm:
+    its base arm and settings)."""
+    if importlib.util.find_spec("mxnet") is None:
+        parser.error(f"{sys.executable} has no mxnet: run this script with gluondist's Python "
+                     "(the README's .venv/bin/python)")
+    if not args.horovod_python:
+        parser.error("give --horovod-python PY: a Python with horovod.mxnet (docs/measured.md)")
+    if not (os.path.isfile(args.horovod_python) and os.access(args.horovod_python, os.X_OK)):
+        parser.error(f"--horovod-python {args.horovod_python}: no program there; give the path "
+                     "of a Python with horovod.mxnet (docs/measured.md)")
+    for name, counts in (("--workers", args.workers), ("--timeline", args.timeline)):
+        if len(set(counts)) != len(counts):
+            parser.error(f"{name} {' '.join(map(str, counts))}: give each worker count once")
+    if args.json and not os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK):
+        parser.error(f"--json {args.json}: its directory does not exist or is not writable; "
+                     "give a FILE in a directory you can write (the result is written at the end)")
+    if min(args.workers + args.timeline) < 2:
+        parser.error("--workers, --timeline: give 2 or more workers each; one has no peer")
+    if args.epochs < 2:
+        parser.error(f"--epochs {args.epochs}: give 2 or more; the first epoch is not counted")
+    if args.rounds < 0 or (args.rounds == 0 and not args.timeline):
+        parser.error(f"--rounds {args.rounds}: give 1 or more, or 0 with --timeline W "
+                     "for timelines only")
+    try:
+        bits = rate_bits(args.rate)
+        common = env_pairs(args.env)
+        check_environment(common)
+    except (LaunchError, ValueError) as exc:
+        parser.error(str(exc))
+    variants = {}  # arm: (its base arm, its settings)
+    for text in args.variant:
+        label, _, settings = text.partition("=")
+        try:
+            env = env_pairs(settings.split(","))
+        except LaunchError:
+            parser.error(f"--variant {text}: give LABEL=K=V[,K=V]")
+        try:
+            check_environment({**common, **env})
+        except ValueError as exc:
+            parser.error(f"--variant {text}: {exc}")
+        if args.parts and f"gluondist S=W {label}" in PARTS:
+            parser.error(f"--variant {text}: {label!r} names an arm of --parts; give the "
+                         "variant another label")
+        if f"gluondist S=W {label}" in variants:
+            parser.error(f"--variant {text}: the label {label!r} is given twice; give each "
+                         "variant its own")
+        variants[f"gluondist S=W {label}"] = ("gluondist S=W", {**common, **env})
+    return bits, common, variants
+
+
 def main():
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--horovod-python", metavar="PY", help="required")
-    parser.add_argument("--rate", default="200mbit")
-    parser.add_argument("--workers", type=int, nargs="+", default=[2, 3, 4])
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--rate", default="200mbit", help="every link's rate, both ways, as "
+                        "tc gives it (default: %(default)s)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[2, 3, 4],
+                        help="worker counts W, one host each, 2 or more (default: 2 3 4)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="jobs of each arm per W, alternating (default: %(default)s)")
+    parser.add_argument("--epochs", type=int, default=4, help="epochs of a job, 2 or more: the "
+                        "first is not counted (default: %(default)s)")
     parser.add_argument("--parts", action="store_true",
                         help="also the arms " + ", ".join(repr(a) for a in PARTS) + ": a "
                              "hand-written loop, and each side without the net's passes (a "
                              "comm arm's speed ratio is against 'horovod comm')")
-    parser.add_argument("--timeline", type=int, nargs="*", default=[3, 4], metavar="W")
+    parser.add_argument("--timeline", type=int, nargs="*", default=[3, 4], metavar="W",
+                        help="worker counts to sample the links at, one more job of each "
+                             "--timeline-arms; none if given bare (default: 3 4)")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     parser.add_argument("--env", action="append", default=[], metavar="K=V",
                         help="set in every gluondist job, such as GLUONDIST_CHUNK_BYTES=65536")
@@ -300,32 +360,8 @@ def main():
     args = parser.parse_args()
     if args.sample:
         return sample(args.sample[0], args.sample[1:])
-    if not args.horovod_python:
-        parser.error("give --horovod-python PY: a Python with horovod.mxnet (docs/measured.md)")
-    if min(args.workers + args.timeline) < 2:
-        parser.error("--workers, --timeline: give 2 or more workers each; one has no peer")
-    if args.epochs < 2:
-        parser.error(f"--epochs {args.epochs}: give 2 or more; the first epoch is not counted")
-    if args.rounds < 0 or (args.rounds == 0 and not args.timeline):
-        parser.error(f"--rounds {args.rounds}: give 1 or more, or 0 with --timeline W "
-                     "for timelines only")
-    bits = rate_bits(args.rate)
+    bits, common, variants = checked(parser, args)
     most = max(args.workers + args.timeline)
-    try:
-        common = env_pairs(args.env)
-    except LaunchError as exc:
-        parser.error(str(exc))
-    variants = {}  # arm: (its base arm, its settings)
-    for text in args.variant:
-        label, _, settings = text.partition("=")
-        try:
-            env = env_pairs(settings.split(","))
-        except LaunchError:
-            parser.error(f"--variant {text}: give LABEL=K=V[,K=V]")
-        if args.parts and f"gluondist S=W {label}" in PARTS:
-            parser.error(f"--variant {text}: {label!r} names an arm of --parts; give the "
-                         "variant another label")
-        variants[f"gluondist S=W {label}"] = ("gluondist S=W", {**common, **env})
     parts = PARTS if args.parts else {}
     args.arms = args.arms + list(variants) + list(parts)
     side = lambda arm: parts.get(arm, (arm, own_way(arm)))  # (hosts and servers, way to train)

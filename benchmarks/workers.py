@@ -1,7 +1,7 @@
 """Throughput against the number of workers on link-bound hosts, beside the cost model.
 
     python benchmarks/workers.py [--rate 200mbit] [--mbytes 8] [--most 4]
-                                 [--chunk-bytes N] [--json FILE]
+                                 [--chunk-bytes N] [--env K=V ...] [--json FILE]
 
 (as root; `benchmarks/plots.py` draws workers.png from the --json file.) A cluster of
 network-namespace hosts (tests/netns.py: each host its own network stack, sshd and one link
@@ -20,6 +20,7 @@ link, so the model predicts nothing for it.
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -30,21 +31,25 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 import netns  # noqa: E402
 from gluondist.bench.kvstore import key_sizes, sent_sizes  # noqa: E402
 from gluondist.bench.model import Layout, calibrate, link_bytes  # noqa: E402
-from gluondist.kv.chunks import CHUNK_BYTES, CHUNKS_IN_FLIGHT  # noqa: E402
+from gluondist.kv.chunks import (CHUNK_BYTES, check_environment,  # noqa: E402
+                                 chunks_in_flight_from_env)
+from gluondist.launcher.errors import LaunchError  # noqa: E402
+from gluondist.launcher.options import env_pairs  # noqa: E402
 
 GLUONDIST = [sys.executable, "-m", "gluondist.cli"]
 STEPS = 8
 
 
-def bench(cluster, workers, mbytes, chunk_bytes):
-    """The bench's JSON object for ``workers`` workers: its colocated row, then its dedicated."""
+def bench(cluster, workers, mbytes, chunk_bytes, env=()):
+    """The bench's JSON object for ``workers`` workers: its colocated row, then its dedicated
+    (``env``: the bench's --env settings, K=V each)."""
     hosts, extra = cluster.hosts[:workers], cluster.hosts[-1]
     out = subprocess.run(
         [*GLUONDIST, "bench", "kvstore", "--launcher", "ssh", "--ssh-config",
          cluster.ssh_config, "-H", ",".join(f"{h}:1" for h in hosts), "--server-hosts",
          f"{extra}:{workers}", "-n", str(workers), "--servers", str(workers), "--mbytes",
          str(mbytes), "--keys", "1", "--steps", str(STEPS), "--chunk-bytes", str(chunk_bytes),
-         "--json"],
+         "--json", *(a for kv in env for a in ("--env", kv))],
         capture_output=True, text=True, timeout=1200)
     if out.returncode != 0:
         raise SystemExit(out.stderr)
@@ -83,8 +88,16 @@ def main():
     parser.add_argument("--mbytes", type=float, default=8)
     parser.add_argument("--most", type=int, default=4, help="the largest worker count")
     parser.add_argument("--chunk-bytes", type=int, default=CHUNK_BYTES)
+    parser.add_argument("--env", action="append", default=[], metavar="K=V",
+                        help="the bench's --env, for every job (such as "
+                             "GLUONDIST_CHUNKS_IN_FLIGHT=1)")
     parser.add_argument("--json", metavar="FILE", help="write the sweep's rows to FILE")
     args = parser.parse_args()
+    try:
+        env = env_pairs(args.env)
+        check_environment(env)
+    except (LaunchError, ValueError) as exc:
+        parser.error(str(exc))
     reason = netns.unavailable()
     if reason:
         raise SystemExit(reason)
@@ -92,7 +105,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp, \
             netns.Cluster(args.most + 1, tmp, rate=args.rate) as cluster:
         for workers in range(1, args.most + 1):
-            for row in bench(cluster, workers, args.mbytes, args.chunk_bytes)["rows"]:
+            for row in bench(cluster, workers, args.mbytes, args.chunk_bytes, args.env)["rows"]:
                 kind = "colocated" if row["layout"] == "one host" else row["layout"]
                 measured.append((workers, kind, row["step_s"], row["link_efficiency"]))
     rows = sweep_rows(measured, args.mbytes, args.chunk_bytes)
@@ -102,9 +115,10 @@ def main():
               f"{r['mb_per_s']:.1f} MB/s, model {model} MB/s", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"command": "python " + " ".join(sys.argv), "rate": args.rate,
+            json.dump({"command": shlex.join(["python", *sys.argv]), "rate": args.rate,
                        "mbytes": args.mbytes, "steps": STEPS,
-                       "chunk_bytes": args.chunk_bytes, "chunks_in_flight": CHUNKS_IN_FLIGHT,
+                       "chunk_bytes": args.chunk_bytes, "env": args.env,
+                       "chunks_in_flight": chunks_in_flight_from_env(env),
                        "calibrated_by": "1 worker, dedicated",
                        "load_1min": [load, os.getloadavg()[0]], "rows": rows}, f, indent=1)
             f.write("\n")

@@ -9,6 +9,7 @@ from typing import Optional
 
 import click
 
+from . import envvars
 from .kv.kinds import DIST_KINDS
 from .launcher.child.proctree import signal_exit
 from .launcher.errors import LaunchError, Stopped, StopRequest
@@ -74,6 +75,7 @@ def options_of(command, values: dict) -> LaunchOptions:
 
 LAUNCH_FLAGS = tuple(flags())  # every option declared in options.py
 BENCH_FLAGS = tuple(name for name, (flag, _) in flags().items() if flag.bench)
+MAX_BENCH_KEYS = 10_000  # each key is set up and sent by Python calls: more never ends
 
 
 @cli.command(context_settings={"allow_interspersed_args": False})
@@ -140,7 +142,7 @@ def bench():
 
 def _server_counts(ctx, param, value):
     try:
-        counts = [int(v) for v in value.split(",") if v.strip()]
+        counts = [int(v) for v in value.split(",")]
     except ValueError:
         counts = []
     if not counts or min(counts) < 1 or len(set(counts)) != len(counts):
@@ -198,8 +200,9 @@ class _BenchWorkers(click.IntRange):
               help="Server counts to measure, comma-separated.")
 @click.option("--mbytes", type=click.FloatRange(min=0, min_open=True), default=64.0,
               show_default=True, help="Megabytes each worker pushes and pulls per step.")
-@click.option("--keys", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Arrays the megabytes are split into (a model's layers).")
+@click.option("--keys", type=click.IntRange(min=1, max=MAX_BENCH_KEYS), default=8,
+              show_default=True, help="Arrays the megabytes are split into (a model's "
+                                      f"layers), at most {MAX_BENCH_KEYS:,}.")
 @click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="End with one JSON object.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
@@ -231,10 +234,24 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path,
     from .bench.kvstore import format_table, run
     if not math.isfinite(mbytes):
         raise click.BadParameter(f"{mbytes} is not a number of megabytes", param_hint="--mbytes")
+    elements = int(mbytes * 2 ** 20 / 4)  # float32
+    if keys > elements:
+        raise click.BadParameter(f"{keys} arrays of {mbytes:g} MB would hold under one float32 "
+                                 f"element each; give at most {max(1, elements)} keys or more "
+                                 "megabytes", param_hint="--keys")
+    if -(-elements // keys) >= 2 ** 31:
+        raise click.BadParameter(f"{mbytes:g} MB in {keys} array(s) is over MXNet's 2^31 "
+                                 "elements an array; give fewer megabytes or more --keys",
+                                 param_hint="--mbytes")
     if plot_path is not None:
         _check_plot_path(plot_path)
     options = options_of(("bench",), {**values, "num_workers": num_workers,
                                         "num_servers": servers[0]})
+    bound = {**os.environ, **options.env}.get(envvars.MXNET_KVSTORE_BIGARRAY_BOUND, "0")
+    if not (bound.isascii() and bound.isdigit()):
+        raise click.BadParameter(f"{envvars.MXNET_KVSTORE_BIGARRAY_BOUND}={bound!r}: give a "
+                                 "whole number of elements (MXNet's default: 1000000)",
+                                 param_hint="--env")
     if chunk_sizes is None:  # the size fit would use in these jobs
         from .kv.chunks import chunk_bytes_from_env
         try:

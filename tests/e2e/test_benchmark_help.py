@@ -58,7 +58,19 @@ def peers(*args):
     (["--timeline", "0"], "--workers, --timeline: give 2 or more workers each"),
     (["--epochs", "1"], "--epochs 1: give 2 or more; the first epoch is not counted"),
     (["--rounds", "-1"], "--rounds -1: give 1 or more, or 0 with --timeline W"),
-    (["--rounds", "0", "--timeline"], "--rounds 0: give 1 or more, or 0 with --timeline W")])
+    (["--rounds", "0", "--timeline"], "--rounds 0: give 1 or more, or 0 with --timeline W"),
+    (["--workers", "2", "2"], "--workers 2 2: give each worker count once"),
+    (["--rate", "xmbit"], "--rate xmbit: give a rate above 0 as tc does"),
+    (["--rate", "0mbit"], "--rate 0mbit: give a rate above 0 as tc does"),
+    (["--env", "GLUONDIST_CHUNK_BYTES=abc"], "GLUONDIST_CHUNK_BYTES='abc': give a whole number"),
+    (["--variant", "a=GLUONDIST_CHUNK_BYTES=12"], "--variant a=GLUONDIST_CHUNK_BYTES=12: "
+                                                  "GLUONDIST_CHUNK_BYTES='12': give a whole"),
+    (["--variant", "a=GLUONDIST_CHUNK_BYTES=65536", "--variant", "a=GLUONDIST_CHUNKS_IN_FLIGHT=4"],
+     "--variant a=GLUONDIST_CHUNKS_IN_FLIGHT=4: the label 'a' is given twice"),
+    (["--json", "/nonexistent/dir/p.json"], "--json /nonexistent/dir/p.json: its directory "
+                                            "does not exist or is not writable"),
+    (["--horovod-python", "/nonexistent/python"], "--horovod-python /nonexistent/python: no "
+                                                  "program there")])
 def test_peers_refuses_counts_it_cannot_run_in_one_line(args, says):
     run = peers(*args)
     assert run.returncode == 2
@@ -72,3 +84,14 @@ def test_peers_refuses_a_variant_named_as_an_arm_of_parts():
     assert run.stderr.strip().splitlines()[-1] == (
         "peers.py: error: --variant comm=GLUONDIST_CHUNK_BYTES=65536: 'comm' names an arm of "
         "--parts; give the variant another label")
+
+
+@pytest.mark.parametrize("setting, says", [
+    ("NOEQ", "--env 'NOEQ': write KEY=VALUE"),
+    ("GLUONDIST_CHUNKS_IN_FLIGHT=x", "GLUONDIST_CHUNKS_IN_FLIGHT='x': give a whole number")])
+def test_workers_refuses_a_bad_env_setting_before_it_builds_hosts(setting, says):
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "workers.py"), "--env",
+                          setting], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert run.returncode == 2
+    [line] = run.stderr.strip().splitlines()[-1:]
+    assert line.startswith(f"workers.py: error: {says}")

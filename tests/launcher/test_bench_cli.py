@@ -20,6 +20,11 @@ from conftest import run_cli
     (["--chunk-bytes", "65536,65536"], "distinct byte counts"),
     (["--chunk-bytes", "64k"], "distinct byte counts"),
     (["--env", "GLUONDIST_CHUNK_BYTES=12"], "GLUONDIST_CHUNK_BYTES='12'"),
+    (["--servers", "1,,2"], "distinct server counts"),
+    (["--keys", "100000000", "--mbytes", "0.001"], "'--keys': 100000000 is not in the range"),
+    (["--keys", "5000", "--mbytes", "0.001"], "give at most 262 keys or more megabytes"),
+    (["--mbytes", "1e12"], "over MXNet's 2^31 elements an array"),
+    (["--env", "MXNET_KVSTORE_BIGARRAY_BOUND=abc"], "MXNET_KVSTORE_BIGARRAY_BOUND='abc'"),
 ])
 def test_bad_bench_input_is_one_line_and_exit_2(args, message):
     out = run_cli("bench", "kvstore", *args)
