@@ -67,9 +67,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, os.path.join(HERE, ".."))
 import netns  # noqa: E402
 from gluondist.bench.model import Layout, link_bytes  # noqa: E402
-from gluondist.kv.chunks import CHUNK_BYTES, check_environment, chunk_bounds  # noqa: E402
+from gluondist.kv.chunks import CHUNK_BYTES, chunk_bounds  # noqa: E402
 from gluondist.launcher.errors import LaunchError  # noqa: E402
-from gluondist.launcher.options import env_pairs  # noqa: E402
+from gluondist.launcher.options import check_env, env_pairs  # noqa: E402
 
 TRAIN = os.path.join(HERE, "peer_train.py")
 STEPS = 10  # peer_train.STEPS
@@ -80,15 +80,6 @@ PARTS = {"gluondist S=W loop": ("gluondist S=W", "gluondist-loop"),
          "gluondist S=W comm": ("gluondist S=W", "gluondist-comm"),
          "horovod comm": ("horovod", "horovod-comm")}
 SAMPLE_S = 0.01
-
-
-def rate_bits(rate: str) -> float:
-    """tc's rate (``200mbit``, ``1gbit``) in bits per second; ValueError in one line."""
-    found = re.fullmatch(r"(\d+(?:\.\d+)?)(kbit|mbit|gbit)", rate)
-    if not found or float(found.group(1)) <= 0:
-        raise ValueError(f"--rate {rate}: give a rate above 0 as tc does, such as 200mbit or "
-                         "1gbit")
-    return float(found.group(1)) * {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[found.group(2)]
 
 
 def bound_s(arm: str, workers: int, bits: float, chunk_bytes: int = CHUNK_BYTES) -> float:
@@ -277,6 +268,13 @@ def timeline(cluster, tmp, python, arm, workers, epochs, bits, env=None):
             "links": series}
 
 
+def writable_file(path: str) -> bool:
+    """Whether ``path`` names a file (not a directory) in a directory this user can write."""
+    parent = os.path.dirname(os.path.abspath(path))
+    return bool(path) and not os.path.isdir(path) and os.path.isdir(parent) and \
+        os.access(parent, os.W_OK | os.X_OK)
+
+
 def checked(parser, args):
     """Every option checked before any host is built or Horovod probed (a mistake is one line
     and exit 2); returns the rate in bits per second, --env's settings, and the variants (arm:
@@ -286,15 +284,18 @@ def checked(parser, args):
                      "(the README's .venv/bin/python)")
     if not args.horovod_python:
         parser.error("give --horovod-python PY: a Python with horovod.mxnet (docs/measured.md)")
-    if not (os.path.isfile(args.horovod_python) and os.access(args.horovod_python, os.X_OK)):
-        parser.error(f"--horovod-python {args.horovod_python}: no program there; give the path "
-                     "of a Python with horovod.mxnet (docs/measured.md)")
-    for name, counts in (("--workers", args.workers), ("--timeline", args.timeline)):
-        if len(set(counts)) != len(counts):
-            parser.error(f"{name} {' '.join(map(str, counts))}: give each worker count once")
-    if args.json and not os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK):
-        parser.error(f"--json {args.json}: its directory does not exist or is not writable; "
-                     "give a FILE in a directory you can write (the result is written at the end)")
+    horovodrun = os.path.join(os.path.dirname(args.horovod_python), "horovodrun")
+    if not all(os.path.isfile(p) and os.access(p, os.X_OK)
+               for p in (args.horovod_python, horovodrun)):
+        parser.error(f"--horovod-python {args.horovod_python}: no Python with horovodrun beside "
+                     "it; give the Python of a venv with horovod.mxnet (docs/measured.md)")
+    for name, given in (("--workers", args.workers), ("--timeline", args.timeline),
+                        ("--arms", args.arms), ("--timeline-arms", args.timeline_arms)):
+        if len(set(given)) != len(given):
+            parser.error(f"{name} {' '.join(map(str, given))}: give each once")
+    if args.json is not None and not writable_file(args.json):
+        parser.error(f"--json {args.json!r}: give a FILE in a directory you can write (the "
+                     "result is written at the end)")
     if min(args.workers + args.timeline) < 2:
         parser.error("--workers, --timeline: give 2 or more workers each; one has no peer")
     if args.epochs < 2:
@@ -303,9 +304,9 @@ def checked(parser, args):
         parser.error(f"--rounds {args.rounds}: give 1 or more, or 0 with --timeline W "
                      "for timelines only")
     try:
-        bits = rate_bits(args.rate)
+        bits = netns.rate_bits(args.rate)
         common = env_pairs(args.env)
-        check_environment(common)
+        check_env(common)
     except (LaunchError, ValueError) as exc:
         parser.error(str(exc))
     variants = {}  # arm: (its base arm, its settings)
@@ -316,8 +317,8 @@ def checked(parser, args):
         except LaunchError:
             parser.error(f"--variant {text}: give LABEL=K=V[,K=V]")
         try:
-            check_environment({**common, **env})
-        except ValueError as exc:
+            check_env({**common, **env})
+        except LaunchError as exc:
             parser.error(f"--variant {text}: {exc}")
         if args.parts and f"gluondist S=W {label}" in PARTS:
             parser.error(f"--variant {text}: {label!r} names an arm of --parts; give the "

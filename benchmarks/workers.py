@@ -28,13 +28,15 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, HERE)  # peers.py, also when a test loads this file by its path
 import netns  # noqa: E402
 from gluondist.bench.kvstore import key_sizes, sent_sizes  # noqa: E402
 from gluondist.bench.model import Layout, calibrate, link_bytes  # noqa: E402
-from gluondist.kv.chunks import (CHUNK_BYTES, check_environment,  # noqa: E402
-                                 chunks_in_flight_from_env)
+from gluondist.envvars import GLUONDIST_CHUNK_BYTES  # noqa: E402
+from gluondist.kv.chunks import CHUNK_BYTES, chunks_in_flight_from_env  # noqa: E402
 from gluondist.launcher.errors import LaunchError  # noqa: E402
-from gluondist.launcher.options import env_pairs  # noqa: E402
+from gluondist.launcher.options import check_env, env_pairs  # noqa: E402
+from peers import writable_file  # noqa: E402
 
 GLUONDIST = [sys.executable, "-m", "gluondist.cli"]
 STEPS = 8
@@ -94,10 +96,17 @@ def main():
     parser.add_argument("--json", metavar="FILE", help="write the sweep's rows to FILE")
     args = parser.parse_args()
     try:
+        netns.rate_bits(args.rate)
         env = env_pairs(args.env)
-        check_environment(env)
+        check_env({**env, GLUONDIST_CHUNK_BYTES: str(args.chunk_bytes)})
     except (LaunchError, ValueError) as exc:
-        parser.error(str(exc))
+        parser.error(str(exc).replace(GLUONDIST_CHUNK_BYTES, "--chunk-bytes"))
+    if args.most < 1 or not args.mbytes > 0:
+        parser.error(f"--most {args.most}, --mbytes {args.mbytes:g}: give at least 1 worker "
+                     "and more than 0 megabytes")
+    if args.json is not None and not writable_file(args.json):
+        parser.error(f"--json {args.json!r}: give a FILE in a directory you can write (the "
+                     "result is written at the end)")
     reason = netns.unavailable()
     if reason:
         raise SystemExit(reason)

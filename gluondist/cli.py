@@ -9,7 +9,6 @@ from typing import Optional
 
 import click
 
-from . import envvars
 from .kv.kinds import DIST_KINDS
 from .launcher.child.proctree import signal_exit
 from .launcher.errors import LaunchError, Stopped, StopRequest
@@ -247,17 +246,21 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path,
         _check_plot_path(plot_path)
     options = options_of(("bench",), {**values, "num_workers": num_workers,
                                         "num_servers": servers[0]})
-    bound = {**os.environ, **options.env}.get(envvars.MXNET_KVSTORE_BIGARRAY_BOUND, "0")
-    if not (bound.isascii() and bound.isdigit()):
-        raise click.BadParameter(f"{envvars.MXNET_KVSTORE_BIGARRAY_BOUND}={bound!r}: give a "
-                                 "whole number of elements (MXNet's default: 1000000)",
-                                 param_hint="--env")
     if chunk_sizes is None:  # the size fit would use in these jobs
         from .kv.chunks import chunk_bytes_from_env
         try:
             chunk_sizes = [chunk_bytes_from_env({**os.environ, **options.env})]
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--env") from exc
+    from .bench.kvstore import key_sizes, keys_needed
+    from .kv.chunks import MAX_KEY
+    needed = keys_needed(key_sizes(mbytes, keys), chunk_sizes + ([0] if unchunked else []),
+                         len(compressions))
+    if needed > MAX_KEY:
+        raise click.BadParameter(f"{mbytes:g} MB in chunks of {min(chunk_sizes)} bytes need "
+                                 f"{needed} kvstore keys, more than MXNet's kvstore can key "
+                                 f"({MAX_KEY}); give bigger chunks or fewer megabytes",
+                                 param_hint="--chunk-bytes")
     show = terminal()
     table, recommended, failed = _supervised(lambda stop: run(
         options, servers, mbytes, keys, steps,

@@ -29,6 +29,7 @@ import fcntl
 import itertools
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -133,14 +134,21 @@ def _free_subnet() -> str:
     return f"10.77.{random.choice(choices)}"
 
 
+def rate_bits(rate: str) -> float:
+    """tc's rate (``200mbit``, ``1gbit``) in bits per second: at least 1kbit, or ValueError in
+    one line (tc refuses a rate that rounds to 0)."""
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)(kbit|mbit|gbit)", rate)
+    bits = float(found.group(1)) * {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[found.group(2)] \
+        if found else 0
+    if bits < 1e3:
+        raise ValueError(f"--rate {rate}: give a rate of at least 1kbit as tc does, such as "
+                         "200mbit or 1gbit")
+    return bits
+
+
 def _burst(rate: str) -> str:
     """tbf's bucket: 10 ms at ``rate`` (at least 32 KB, so one MTU-sized packet always fits)."""
-    units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bit": 1.0}
-    for unit, factor in units.items():
-        if rate.endswith(unit):
-            bits = float(rate[:-len(unit)]) * factor
-            return f"{max(32 * 1024, int(bits / 8 / 100))}b"
-    raise ValueError(f"rate {rate!r}: write e.g. 100mbit or 1gbit")
+    return f"{max(32 * 1024, int(rate_bits(rate) / 8 / 100))}b"
 
 
 class Cluster:

@@ -3,7 +3,7 @@ library only, so that the launcher (``gluondist bench kvstore``) plans chunks wi
 from __future__ import annotations
 
 import os
-from typing import List, Mapping, Tuple
+from typing import List, Mapping, Optional, Tuple
 
 from .. import envvars
 
@@ -12,6 +12,9 @@ from .. import envvars
 # MXNET_KVSTORE_BIGARRAY_BOUND elements whole to server `(key * SERVER_HASH) % num_servers`,
 # computed in a C int; bigger arrays are sliced over every server without that product.
 SERVER_HASH = 9973
+# Past this key the product overflows and, with several servers, the index goes negative (a
+# crash, "ps_key < krs[server].end()"): the keys of trainers stay below it.
+MAX_KEY = (2 ** 31 - 1) // SERVER_HASH
 
 # 512 KiB. Two costs pull a chunk's size apart. A chunk's pull can start only once every
 # worker's push of it has arrived, and a worker's chunks in flight (CHUNKS_IN_FLIGHT per
@@ -69,11 +72,24 @@ def chunk_updates_from_env(environ: Mapping[str, str] = os.environ) -> bool:
     return text == "1"
 
 
+def bigarray_bound_from_env(environ: Mapping[str, str] = os.environ) -> Optional[int]:
+    """MXNet's ``MXNET_KVSTORE_BIGARRAY_BOUND`` (None: unset, MXNet's default), checked: MXNet
+    reads it as a C int, and a value it cannot read stops its scheduler and servers."""
+    text = environ.get(envvars.MXNET_KVSTORE_BIGARRAY_BOUND)
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit() and int(text) < 2 ** 31):
+        raise ValueError(f"{envvars.MXNET_KVSTORE_BIGARRAY_BOUND}={text!r}: give a whole number "
+                         "of elements below 2^31 (MXNet's default: 1000000)")
+    return int(text)
+
+
 def check_environment(environ: Mapping[str, str]) -> None:
     """The variables above, as the workers will read them (ValueError in one line)."""
     chunk_bytes_from_env(environ)
     chunks_in_flight_from_env(environ)
     chunk_updates_from_env(environ)
+    bigarray_bound_from_env(environ)
 
 
 def _whole(environ: Mapping[str, str], name: str, default: int, least: int, what: str) -> int:

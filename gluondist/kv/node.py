@@ -17,14 +17,11 @@ import numpy as np
 from .. import envvars
 from .._mx import mx
 from . import compression as cmp
-from .chunks import SERVER_HASH
+from .chunks import MAX_KEY, SERVER_HASH
 from .kinds import DIST_KINDS, KINDS, Mode
 
 log = logging.getLogger(__name__)
 
-# Past this key the product overflows and, with several servers, the index goes negative (a
-# crash, "ps_key < krs[server].end()"): the keys of trainers stay below it.
-MAX_KEY = (2 ** 31 - 1) // SERVER_HASH
 # Keys of allreduce. Since 9973 * 2**30 wraps to 2**30 modulo 2**32, key 2**30 + m gives the
 # server (2**30 + 9973 * m) % servers, non-negative while 9973 * m < 2**30, i.e. m <= 107,664.
 # So a vector of n <= REDUCE_CHUNK values gets key REDUCE_BASE + n (a key's shape is fixed at

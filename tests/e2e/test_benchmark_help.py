@@ -46,11 +46,19 @@ def test_peer_train_refuses_epochs_that_are_no_whole_number_in_one_line(tmp_path
     assert run.stderr.strip() == "peer_train.py: EPOCHS 'x' is not a whole number of at least 1"
 
 
-def peers(*args):
-    # before it looks for namespaces or Horovod: any Python path will do
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers.py"),
-                           "--horovod-python", sys.executable, *args],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+@pytest.fixture
+def peers(tmp_path):
+    """peers.py with a Horovod Python that passes its checks: a program with horovodrun
+    beside it (neither is run: every refusal comes before namespaces or Horovod's probe)."""
+    for name in ("python", "horovodrun"):
+        (tmp_path / name).write_text("#!/bin/sh\nexit 1\n")
+        (tmp_path / name).chmod(0o755)
+
+    def run(*args):
+        return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers.py"),
+                               "--horovod-python", str(tmp_path / "python"), *args],
+                              capture_output=True, text=True, timeout=120, cwd=ROOT)
+    return run
 
 
 @pytest.mark.parametrize("args, says", [
@@ -59,26 +67,30 @@ def peers(*args):
     (["--epochs", "1"], "--epochs 1: give 2 or more; the first epoch is not counted"),
     (["--rounds", "-1"], "--rounds -1: give 1 or more, or 0 with --timeline W"),
     (["--rounds", "0", "--timeline"], "--rounds 0: give 1 or more, or 0 with --timeline W"),
-    (["--workers", "2", "2"], "--workers 2 2: give each worker count once"),
-    (["--rate", "xmbit"], "--rate xmbit: give a rate above 0 as tc does"),
-    (["--rate", "0mbit"], "--rate 0mbit: give a rate above 0 as tc does"),
+    (["--workers", "2", "2"], "--workers 2 2: give each once"),
+    (["--rate", "xmbit"], "--rate xmbit: give a rate of at least 1kbit as tc does"),
+    (["--rate", "0.0001kbit"], "--rate 0.0001kbit: give a rate of at least 1kbit"),
+    (["--arms", "horovod", "horovod"], "--arms horovod horovod: give each once"),
+    (["--env", "DMLC_ROLE=server"], "--env DMLC_ROLE: the launcher sets it"),
+    (["--env", "MXNET_KVSTORE_BIGARRAY_BOUND=abc"], "MXNET_KVSTORE_BIGARRAY_BOUND='abc'"),
+    (["--json", "/"], "--json '/': give a FILE in a directory you can write"),
+    (["--json", ""], "--json '': give a FILE in a directory you can write"),
     (["--env", "GLUONDIST_CHUNK_BYTES=abc"], "GLUONDIST_CHUNK_BYTES='abc': give a whole number"),
     (["--variant", "a=GLUONDIST_CHUNK_BYTES=12"], "--variant a=GLUONDIST_CHUNK_BYTES=12: "
                                                   "GLUONDIST_CHUNK_BYTES='12': give a whole"),
     (["--variant", "a=GLUONDIST_CHUNK_BYTES=65536", "--variant", "a=GLUONDIST_CHUNKS_IN_FLIGHT=4"],
      "--variant a=GLUONDIST_CHUNKS_IN_FLIGHT=4: the label 'a' is given twice"),
-    (["--json", "/nonexistent/dir/p.json"], "--json /nonexistent/dir/p.json: its directory "
-                                            "does not exist or is not writable"),
+    (["--json", "/nonexistent/dir/p.json"], "--json '/nonexistent/dir/p.json': give a FILE"),
     (["--horovod-python", "/nonexistent/python"], "--horovod-python /nonexistent/python: no "
-                                                  "program there")])
-def test_peers_refuses_counts_it_cannot_run_in_one_line(args, says):
+                                                  "Python with horovodrun beside it")])
+def test_peers_refuses_what_it_cannot_run_before_it_builds_hosts(peers, args, says):
     run = peers(*args)
     assert run.returncode == 2
     [line] = run.stderr.strip().splitlines()[-1:]
     assert line.startswith(f"peers.py: error: {says}")
 
 
-def test_peers_refuses_a_variant_named_as_an_arm_of_parts():
+def test_peers_refuses_a_variant_named_as_an_arm_of_parts(peers):
     run = peers("--parts", "--variant", "comm=GLUONDIST_CHUNK_BYTES=65536")
     assert run.returncode == 2
     assert run.stderr.strip().splitlines()[-1] == (
@@ -88,10 +100,15 @@ def test_peers_refuses_a_variant_named_as_an_arm_of_parts():
 
 @pytest.mark.parametrize("setting, says", [
     ("NOEQ", "--env 'NOEQ': write KEY=VALUE"),
-    ("GLUONDIST_CHUNKS_IN_FLIGHT=x", "GLUONDIST_CHUNKS_IN_FLIGHT='x': give a whole number")])
-def test_workers_refuses_a_bad_env_setting_before_it_builds_hosts(setting, says):
+    ("GLUONDIST_CHUNKS_IN_FLIGHT=x", "GLUONDIST_CHUNKS_IN_FLIGHT='x': give a whole number"),
+    ("GLUONDIST_CHUNKS_IN_FLIGHT=1 --rate xmbit", "--rate xmbit: give a rate of at least"),
+    ("GLUONDIST_CHUNKS_IN_FLIGHT=1 --chunk-bytes 12", "--chunk-bytes='12': give a whole"),
+    ("GLUONDIST_CHUNKS_IN_FLIGHT=1 --most 0", "--most 0, --mbytes 8: give at least 1 worker"),
+    ("GLUONDIST_CHUNKS_IN_FLIGHT=1 --json /", "--json '/': give a FILE")])
+def test_workers_refuses_a_bad_setting_before_it_builds_hosts(setting, says):
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "workers.py"), "--env",
-                          setting], capture_output=True, text=True, timeout=120, cwd=ROOT)
+                          *setting.split()], capture_output=True, text=True, timeout=120,
+                         cwd=ROOT)
     assert run.returncode == 2
     [line] = run.stderr.strip().splitlines()[-1:]
     assert line.startswith(f"workers.py: error: {says}")

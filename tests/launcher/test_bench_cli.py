@@ -25,6 +25,9 @@ from conftest import run_cli
     (["--keys", "5000", "--mbytes", "0.001"], "give at most 262 keys or more megabytes"),
     (["--mbytes", "1e12"], "over MXNet's 2^31 elements an array"),
     (["--env", "MXNET_KVSTORE_BIGARRAY_BOUND=abc"], "MXNET_KVSTORE_BIGARRAY_BOUND='abc'"),
+    (["--env", "MXNET_KVSTORE_BIGARRAY_BOUND=2147483648"], "a whole number of elements below"),
+    (["--chunk-bytes", "1024", "--mbytes", "300"], "need 307200 kvstore keys, more than"),
+    (["--mbytes", "200000", "--keys", "100"], "need 400000 kvstore keys, more than"),
 ])
 def test_bad_bench_input_is_one_line_and_exit_2(args, message):
     out = run_cli("bench", "kvstore", *args)
