@@ -40,7 +40,23 @@ never = action == "nojoin" and mine(args[0])
 if not never:
     fake_node.join()
 print(f"worker {rank} running {action}", flush=True)
+if "FAKE_DIR" in os.environ:
+    open(os.path.join(os.environ["FAKE_DIR"], f"{rank}.running"), "w").close()
+
+
+def after_every_worker_ran() -> None:
+    """Wait (60 s at most) until every worker printed its running line: one that fails sooner
+    gets the others stopped before they print it, on a busy machine."""
+    others = [os.path.join(os.environ.get("FAKE_DIR", ""), f"{r}.running")
+              for r in range(int(os.environ["DMLC_NUM_WORKER"]))]
+    deadline = time.monotonic() + 60
+    while "FAKE_DIR" in os.environ and time.monotonic() < deadline and \
+            not all(os.path.exists(o) for o in others):
+        time.sleep(0.02)
+
+
 if action == "exit" and mine(args[1]):
+    after_every_worker_ran()
     sys.exit(int(args[0]))
 if action == "raise" and mine(args[0]):
     raise RuntimeError(f"worker {rank} failed on purpose")
