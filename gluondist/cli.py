@@ -192,6 +192,31 @@ class _BenchWorkers(click.IntRange):
         return super().convert(value, param, ctx)
 
 
+def _check_bench_arrays(mbytes: float, keys: int, chunk_sizes, unchunked: bool,
+                        trainers_each: int) -> None:
+    """The bench's arrays, checked before any job: each of at least one float32 element and
+    under MXNet's 2^31, and no more kvstore keys for their chunks (each of ``chunk_sizes``,
+    and whole with ``unchunked``, ``trainers_each`` times) than MXNet can key."""
+    from .bench.kvstore import key_sizes, keys_needed
+    from .kv.chunks import MAX_KEY
+    elements = int(mbytes * 2 ** 20 / 4)  # float32
+    if keys > elements:
+        raise click.BadParameter(f"{keys} arrays of {mbytes:g} MB would hold under one float32 "
+                                 f"element each; give at most {max(1, elements)} keys or more "
+                                 "megabytes", param_hint="--keys")
+    if -(-elements // keys) >= 2 ** 31:
+        raise click.BadParameter(f"{mbytes:g} MB in {keys} array(s) is over MXNet's 2^31 "
+                                 "elements an array; give fewer megabytes or more --keys",
+                                 param_hint="--mbytes")
+    needed = keys_needed(key_sizes(mbytes, keys), chunk_sizes + ([0] if unchunked else []),
+                         trainers_each)
+    if needed > MAX_KEY:
+        raise click.BadParameter(f"{mbytes:g} MB in chunks of {min(chunk_sizes)} bytes need "
+                                 f"{needed} kvstore keys, more than MXNet's kvstore can key "
+                                 f"({MAX_KEY}); give bigger chunks or fewer megabytes",
+                                 param_hint="--chunk-bytes")
+
+
 @bench.command("kvstore")
 @launch_flags("num_workers", num_workers={"default": 2, "type": _BenchWorkers(), "metavar": "N",
                                           "help": "Worker processes of every job."})
@@ -233,15 +258,6 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path,
     from .bench.kvstore import format_table, run
     if not math.isfinite(mbytes):
         raise click.BadParameter(f"{mbytes} is not a number of megabytes", param_hint="--mbytes")
-    elements = int(mbytes * 2 ** 20 / 4)  # float32
-    if keys > elements:
-        raise click.BadParameter(f"{keys} arrays of {mbytes:g} MB would hold under one float32 "
-                                 f"element each; give at most {max(1, elements)} keys or more "
-                                 "megabytes", param_hint="--keys")
-    if -(-elements // keys) >= 2 ** 31:
-        raise click.BadParameter(f"{mbytes:g} MB in {keys} array(s) is over MXNet's 2^31 "
-                                 "elements an array; give fewer megabytes or more --keys",
-                                 param_hint="--mbytes")
     if plot_path is not None:
         _check_plot_path(plot_path)
     options = options_of(("bench",), {**values, "num_workers": num_workers,
@@ -252,15 +268,7 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path,
             chunk_sizes = [chunk_bytes_from_env({**os.environ, **options.env})]
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--env") from exc
-    from .bench.kvstore import key_sizes, keys_needed
-    from .kv.chunks import MAX_KEY
-    needed = keys_needed(key_sizes(mbytes, keys), chunk_sizes + ([0] if unchunked else []),
-                         len(compressions))
-    if needed > MAX_KEY:
-        raise click.BadParameter(f"{mbytes:g} MB in chunks of {min(chunk_sizes)} bytes need "
-                                 f"{needed} kvstore keys, more than MXNet's kvstore can key "
-                                 f"({MAX_KEY}); give bigger chunks or fewer megabytes",
-                                 param_hint="--chunk-bytes")
+    _check_bench_arrays(mbytes, keys, chunk_sizes, unchunked, len(compressions))
     show = terminal()
     table, recommended, failed = _supervised(lambda stop: run(
         options, servers, mbytes, keys, steps,

@@ -18,7 +18,7 @@ from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from .. import envvars as ev, wire
 from ..kv import compression as cmp
-from ..kv.chunks import bigarray_bound_from_env, chunk_bounds
+from ..kv.chunks import bigarray_bound_from_env, chunk_bounds, chunk_count
 from .model import (DEFAULT_BIGARRAY_BOUND, WIRE, Layout, calibrate, key_parts, link_bytes,
                     predict)
 
@@ -35,9 +35,7 @@ def key_sizes(mbytes: float, keys: int) -> List[int]:
 def keys_needed(sizes: Sequence[int], chunk_sizes: Sequence[int], trainers_each: int) -> int:
     """The kvstore keys a bench worker's trainers take: ``trainers_each`` trainers (one per
     compression) for each of ``chunk_sizes``, each a key per chunk of each of ``sizes``."""
-    per = [max(c // 4, 1) for c in chunk_sizes]
-    return trainers_each * sum(1 if c <= 0 or n <= p else -(-n // p)
-                               for c, p in zip(chunk_sizes, per) for n in sizes)
+    return trainers_each * sum(chunk_count(n, 4, c) for c in chunk_sizes for n in sizes)
 
 
 def sent_sizes(sizes: Sequence[int], chunk_bytes: int) -> List[int]:
@@ -279,7 +277,5 @@ def run(base_options, servers: Sequence[int], mbytes: float, keys: int, steps: i
                               found["tcp_bytes_per_s"], c, size)
                      for i, c in enumerate(compressions) for j, size in enumerate(chunk_bytes)]
     env = {**base_env, **base_options.env}
-    bound = bigarray_bound_from_env(env)
-    bound = DEFAULT_BIGARRAY_BOUND if bound is None else bound
-    table = rows(measured, key_sizes(mbytes, keys), chunk_bytes[0], bound)
+    table = rows(measured, key_sizes(mbytes, keys), chunk_bytes[0], bigarray_bound_from_env(env))
     return table, recommend(table), None

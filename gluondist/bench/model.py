@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..kv import compression as cmp
-from ..kv.chunks import SERVER_HASH  # MXNet puts a small key k on server (k * 9973) % servers
+# MXNet puts a small key k on server (k * 9973) % servers
+from ..kv.chunks import DEFAULT_BIGARRAY_BOUND, SERVER_HASH
 
-DEFAULT_BIGARRAY_BOUND = 1000 * 1000  # MXNET_KVSTORE_BIGARRAY_BOUND's default (elements)
 
 
 class _Wires(Mapping):

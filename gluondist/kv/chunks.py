@@ -3,7 +3,7 @@ library only, so that the launcher (``gluondist bench kvstore``) plans chunks wi
 from __future__ import annotations
 
 import os
-from typing import List, Mapping, Optional, Tuple
+from typing import List, Mapping, Tuple
 
 from .. import envvars
 
@@ -12,6 +12,7 @@ from .. import envvars
 # MXNET_KVSTORE_BIGARRAY_BOUND elements whole to server `(key * SERVER_HASH) % num_servers`,
 # computed in a C int; bigger arrays are sliced over every server without that product.
 SERVER_HASH = 9973
+DEFAULT_BIGARRAY_BOUND = 1000 * 1000  # MXNET_KVSTORE_BIGARRAY_BOUND's default (elements)
 # Past this key the product overflows and, with several servers, the index goes negative (a
 # crash, "ps_key < krs[server].end()"): the keys of trainers stay below it.
 MAX_KEY = (2 ** 31 - 1) // SERVER_HASH
@@ -72,15 +73,13 @@ def chunk_updates_from_env(environ: Mapping[str, str] = os.environ) -> bool:
     return text == "1"
 
 
-def bigarray_bound_from_env(environ: Mapping[str, str] = os.environ) -> Optional[int]:
-    """MXNet's ``MXNET_KVSTORE_BIGARRAY_BOUND`` (None: unset, MXNet's default), checked: MXNet
-    reads it as a C int, and a value it cannot read stops its scheduler and servers."""
-    text = environ.get(envvars.MXNET_KVSTORE_BIGARRAY_BOUND)
-    if text is None:
-        return None
+def bigarray_bound_from_env(environ: Mapping[str, str] = os.environ) -> int:
+    """MXNet's ``MXNET_KVSTORE_BIGARRAY_BOUND`` (else its default), checked: MXNet reads it as
+    a C int, and a value it cannot read stops its scheduler and servers."""
+    text = environ.get(envvars.MXNET_KVSTORE_BIGARRAY_BOUND, str(DEFAULT_BIGARRAY_BOUND))
     if not (text.isascii() and text.isdigit() and int(text) < 2 ** 31):
         raise ValueError(f"{envvars.MXNET_KVSTORE_BIGARRAY_BOUND}={text!r}: give a whole number "
-                         "of elements below 2^31 (MXNet's default: 1000000)")
+                         f"of elements below 2^31 (MXNet's default: {DEFAULT_BIGARRAY_BOUND})")
     return int(text)
 
 
@@ -108,9 +107,12 @@ def chunk_bounds(size: int, itemsize: int, chunk_bytes: int) -> List[Tuple[int, 
     """``[start, stop)`` element ranges that split an array of ``size`` elements into chunks
     of at most ``chunk_bytes``, as even as possible; the whole array when it fits or when
     ``chunk_bytes`` is 0."""
-    per = chunk_bytes // itemsize
-    if chunk_bytes <= 0 or size <= max(per, 1):
-        return [(0, size)]
-    count = -(-size // max(per, 1))
+    count = chunk_count(size, itemsize, chunk_bytes)
     cuts = [size * i // count for i in range(count + 1)]
     return list(zip(cuts[:-1], cuts[1:]))
+
+
+def chunk_count(size: int, itemsize: int, chunk_bytes: int) -> int:
+    """How many chunks ``chunk_bounds`` cuts an array of ``size`` elements into."""
+    per = max(chunk_bytes // itemsize, 1)
+    return 1 if chunk_bytes <= 0 or size <= per else -(-size // per)

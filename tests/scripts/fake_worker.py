@@ -47,11 +47,12 @@ if "FAKE_DIR" in os.environ:
 def after_every_worker_ran() -> None:
     """Wait (60 s at most) until every worker printed its running line: one that fails sooner
     gets the others stopped before they print it, on a busy machine."""
-    others = [os.path.join(os.environ.get("FAKE_DIR", ""), f"{r}.running")
-              for r in range(int(os.environ["DMLC_NUM_WORKER"]))]
+    if "FAKE_DIR" not in os.environ:
+        return
+    every = [os.path.join(os.environ["FAKE_DIR"], f"{r}.running")
+             for r in range(int(os.environ["DMLC_NUM_WORKER"]))]
     deadline = time.monotonic() + 60
-    while "FAKE_DIR" in os.environ and time.monotonic() < deadline and \
-            not all(os.path.exists(o) for o in others):
+    while not all(map(os.path.exists, every)) and time.monotonic() < deadline:
         time.sleep(0.02)
 
 
