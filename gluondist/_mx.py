@@ -1,4 +1,6 @@
-"""Import MXNet once, with an error that says how to install it."""
+"""Import MXNet once, with an error that says how to install it; the one call of MXNet's C API
+that puts an array back in its default memory layout (:func:`default_layout`)."""
+import ctypes
 
 from . import INSTALL_HINT
 
@@ -7,3 +9,29 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without MXNet
     raise ImportError(f"gluondist needs MXNet, which failed to import ({exc}); "
                       f"install it: {INSTALL_HINT}") from exc
+
+_GPU = 2  # mx.Context.devstr2type["gpu"]
+
+
+def default_layout(arrays) -> None:
+    """Put every dense CPU array of ``arrays`` in MXNet's default memory layout, in place.
+
+    MXNet's CPU builds (oneDNN, formerly MKLDNN) let an inference forward pass, one outside
+    ``autograd.record()``, reorder a ``Conv2D``'s, ``Conv2DTranspose``'s or ``Dense``'s weight
+    in place into a blocked oneDNN layout for the next inference (mkldnn_convolution.cc; a
+    training forward puts it back, with a TODO that "kvstore doesn't handle MKLDNN"). The
+    distributed kvstore sends an array's raw bytes (``NDArray::data()`` in kvstore_dist.h), which
+    refuses such an array inside the engine's thread: worker 0's push of the initial weights is
+    dropped with no error, and the server aborts at the first gradient ("init 0 first"). A view
+    (``reshape``, a slice) of such an array reads the blocked bytes as if they were in order.
+
+    ``MXNDArrayGetData``, the public C call behind an array's data pointer, reorders an array in
+    oneDNN layout back in place (c_api.cc). The inference reorder is itself queued in MXNet's
+    engine, so each array is waited for first: call this where weights meet the kvstore or are
+    cut into views, not on every gradient of every step."""
+    pointer = ctypes.c_void_p()
+    for array in arrays:
+        if array.stype == "default" and array.context.device_typeid != _GPU:
+            array.wait_to_read()
+            mx.base.check_call(mx.base._LIB.MXNDArrayGetData(array.handle,
+                                                              ctypes.byref(pointer)))

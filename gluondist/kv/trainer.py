@@ -11,7 +11,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import devices, envvars as ev
-from .._mx import mx
+from .._mx import default_layout, mx
 from . import compression as cmp
 from .calls import Prepared
 from .chunks import (chunk_bounds, chunk_bytes_from_env, chunk_updates_from_env,
@@ -156,6 +156,15 @@ def parameter_chunks(param, chunk_bytes: int) -> List[Tuple[int, int]]:
     return chunk_bounds(size, np.dtype(param.dtype).itemsize, chunk_bytes)
 
 
+def _arrays(value) -> list:
+    """The arrays of a kvstore call's value: an array, a list of them, or lists of lists."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [a for v in value for a in _arrays(v)]
+    return [value]
+
+
 class _KeyedStore(mx.kv.KVStoreBase):
     """The process's distributed kvstore as one trainer sees it.
 
@@ -216,10 +225,16 @@ class _KeyedStore(mx.kv.KVStoreBase):
                                                for v in views])
         return kept[1]
 
+    # Weights meet the kvstore here (init, broadcast; dist_async's pull), in MXNet's default
+    # layout: a forward pass outside autograd.record() may have left them in oneDNN's, which
+    # the kvstore cannot send (see default_layout). Gradients never are: backward writes them
+    # in the default layout.
     def init(self, key, value):
+        default_layout(_arrays(value))
         return self._kv.init(*self._split(key, value))
 
     def broadcast(self, key, value, out, priority=0):
+        default_layout(_arrays(value) + _arrays(out))
         keys, values = self._split(key, value)
         return self._kv.broadcast(keys, values, self._split(key, out)[1], priority=priority)
 
@@ -227,6 +242,7 @@ class _KeyedStore(mx.kv.KVStoreBase):
         return self._kv.push(*self._split(key, value), priority=priority)
 
     def pull(self, key, out=None, priority=0, ignore_sparse=True):
+        default_layout(_arrays(out))
         keys, outs = self._split(key, out)
         return self._kv.pull(keys, out=outs, priority=priority, ignore_sparse=ignore_sparse)
 

@@ -1,0 +1,113 @@
+"""The model matrix (docs/models.md) in one real 2-worker dist_sync job: every family of MXNet's
+model zoo, an LSTM and a GRU language model, an attention block, through fit and through a loop
+of one's own, each compared array by array, by name, with the same training in this process
+(tests/models.py; the script: tests/scripts/models_job.py).
+
+A net without BatchNorm must end as one process with the global batch on one device. A
+BatchNorm net normalises each worker's slice of a batch with that slice's statistics, as one
+process does on one device per slice: the job must end as one process with the global batch
+on 2 devices, and fit's running statistics (averaged over workers at the end) as that
+process's (averaged over its devices); in a loop of one's own each worker keeps its own, those
+of the device that took its slice."""
+import json
+import os
+import subprocess
+import sys
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+import models
+from conftest import SCRIPTS, Job, reap
+
+SCRIPT = str(SCRIPTS / "models_job.py")
+WORKERS, BATCH, STEPS = 2, 4, 2
+FIT = list(models.ZOO) + ["lstm", "gru", "attention"]
+LOOP = ["resnet18_v1", "lstm", "attention"]
+SPECS = [(m, "fit") for m in FIT] + [(m, "loop") for m in LOOP]
+RTOL = 1e-5
+# Summing SqueezeNet's 224x224 bias gradients in two halves of the batch instead of at once
+# moves them by 5.6e-5 in float32 (the job equals one process that splits its batch so: 0.0)
+ROUNDING = {"squeezenet1.1": 1e-4}
+
+
+def specs(batch, ctx, which=SPECS):
+    return json.dumps([{"model": m, "how": h, "batch": batch, "steps": STEPS, "ctx": ctx}
+                       for m, h in which])
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """``trained[where][model, how]``: the arrays of each worker of the job (``"job"``), and of
+    one process with the global batch on one device (``"one"``; BatchNorm nets but one left
+    out) and on one device per worker (``"two"``). The one-process runs use the workers' one
+    thread (the launcher's OMP_NUM_THREADS): with BatchNorm over 4 samples a last-bit
+    difference in a convolution's sums grows to O(1) in two steps."""
+    paths = {w: tmp_path_factory.mktemp(w) for w in ("job", "one", "two")}
+    job = Job(["-n", str(WORKERS), "-s", "1", SCRIPT, str(paths["job"]),
+               specs(BATCH, 1)], paths["job"])
+    try:
+        assert job.wait(timeout=900) == 0, job.out[-3000:] + job.err[-3000:]
+        assert job.leftovers() == []
+    finally:
+        reap([job])
+    one = [s for s in SPECS if s[0] not in models.BATCHNORM or s == ("resnet18_v1", "fit")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for where, ctx, which in (("one", 1, one), ("two", WORKERS, SPECS)):
+        subprocess.run([sys.executable, SCRIPT, str(paths[where]),
+                        specs(BATCH * WORKERS, ctx, which)], env=env, check=True, timeout=900,
+                       capture_output=True)
+    found = {w: {(m, h): [dict(np.load(path / f"{m}.{h}.{r}.npz")) for r in range(WORKERS)
+                          if (path / f"{m}.{h}.{r}.npz").exists()]
+                 for m, h in SPECS}
+             for w, path in paths.items()}
+    found["devices"] = {m: [dict(np.load(paths["two"] / f"{m}.loop.0{f'.cpu{d}' if d else ''}"
+                                                        ".npz")) for d in range(WORKERS)]
+                        for m in LOOP if m in models.BATCHNORM}
+    return found
+
+
+def rel(a, b):
+    return float(np.linalg.norm(a.astype(np.float64) - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def assert_arrays_match(got, want, names, what, rtol=RTOL):
+    """Each array of ``names`` in ``got`` within ``rtol`` of ``want``'s, by name."""
+    assert set(got) == set(want), what
+    worst = {k: rel(got[k], want[k]) for k in names}
+    bad = {k: v for k, v in worst.items() if not v <= rtol}
+    assert not bad, f"{what}: arrays off by more than {rtol}: {bad}"
+
+
+def running_stats(arrays):
+    return {k for k in arrays if k.endswith(("running_mean", "running_var"))}
+
+
+@pytest.mark.parametrize("model,how", SPECS, ids=[f"{m}-{h}" for m, h in SPECS])
+def test_a_job_trains_as_one_process(trained, model, how):
+    workers = trained["job"][model, how]
+    assert len(workers) == WORKERS
+    two = trained["two"][model, how][0]
+    stats = running_stats(two)
+    assert bool(stats) == (model in models.BATCHNORM)
+    trainable = set(two) - stats
+    for rank, got in enumerate(workers):
+        assert_arrays_match(got, two, trainable, f"{model} through {how}, worker {rank}")
+        if not stats:  # and as one process that takes the global batch at once
+            assert_arrays_match(got, trained["one"][model, how][0], trainable,
+                                f"{model} through {how} on one device, worker {rank}",
+                                ROUNDING.get(model, RTOL))
+        elif how == "fit":  # averaged over the workers at the end, as over the devices
+            assert_arrays_match(got, two, stats, f"{model}'s statistics, worker {rank}")
+    if stats and how == "loop":  # each worker keeps its own, as each device does
+        for rank, got in enumerate(workers):
+            assert_arrays_match(got, trained["devices"][model][rank], stats,
+                                f"{model}'s statistics, worker {rank} and device {rank}")
+
+
+def test_batchnorm_normalises_each_workers_slice(trained):
+    """The statement above has teeth: a BatchNorm net's job is far from one process that
+    normalises the whole global batch at once."""
+    got, one = trained["job"]["resnet18_v1", "fit"][0], trained["one"]["resnet18_v1", "fit"][0]
+    assert max(rel(got[k], one[k]) for k in running_stats(one)) > 1e-2

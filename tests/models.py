@@ -1,0 +1,142 @@
+"""The model matrix (docs/models.md): every family of MXNet's model zoo at the smallest input it
+accepts, an LSTM and a GRU language model over an ``Embedding``, an attention block of Gluon
+layers; their data; and the two ways to train one, ``fit`` and a loop of one's own with
+``make_trainer`` and ``ShardedBatchSampler``. ``tests/scripts/models_job.py`` trains them as a
+job's workers, ``tests/e2e/test_models.py`` the same in one process, and compares."""
+import math
+
+import mxnet as mx
+import numpy as np
+from mxnet.gluon import nn, rnn
+from mxnet.gluon.model_zoo import vision
+
+import gluondist
+from gluondist import kvstore
+
+# The zoo's families, each at the smallest square input its last pooling accepts.
+ZOO = {"resnet18_v1": 32, "resnet18_v2": 32, "mobilenet0.25": 32, "mobilenetv2_0.25": 32,
+       "vgg11": 32, "vgg11_bn": 32, "alexnet": 63, "squeezenet1.1": 224, "densenet121": 224,
+       "inceptionv3": 299}
+BATCHNORM = {"resnet18_v1", "resnet18_v2", "mobilenet0.25", "mobilenetv2_0.25", "vgg11_bn",
+             "densenet121", "inceptionv3", "convbn"}
+VOCAB, STEPS = 40, 6  # the language models': tokens, time steps
+CLASSES = 10
+OPTIMIZER = {"learning_rate": 0.05, "momentum": 0.9}
+
+
+class LanguageModel(nn.HybridBlock):
+    """The next token of each position: Embedding, an LSTM or a GRU, a Dense decoder."""
+
+    def __init__(self, cell):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, 16)
+        self.rnn = (rnn.LSTM if cell == "lstm" else rnn.GRU)(24, layout="NTC")
+        self.out = nn.Dense(VOCAB, flatten=False)
+
+    def hybrid_forward(self, F, x):
+        return self.out(self.rnn(self.embed(x)))
+
+
+class Attention(nn.HybridBlock):
+    """Scaled dot-product self-attention over a sequence, layer norm, mean over time, a
+    classifier."""
+
+    def __init__(self, units=16):
+        super().__init__()
+        self.units = units
+        self.q, self.v = nn.Dense(units, flatten=False), nn.Dense(units, flatten=False)
+        # no bias for the keys: softmax over keys ignores it, its gradient is rounding noise
+        self.k = nn.Dense(units, flatten=False, use_bias=False)
+        self.norm = nn.LayerNorm()
+        self.out = nn.Dense(CLASSES)
+
+    def hybrid_forward(self, F, x):
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        weights = F.softmax(F.batch_dot(q, k, transpose_b=True) / math.sqrt(self.units))
+        return self.out(F.mean(self.norm(F.batch_dot(weights, v)), axis=1))
+
+
+def no_dropout(block):
+    """Every ``Dropout`` of ``block`` at rate 0, so a run can be compared with another."""
+    for child in block._children.values():
+        if isinstance(child, nn.Dropout):
+            child._rate = 0.0
+        no_dropout(child)
+    return block
+
+
+def build(name):
+    """A new, uninitialised, hybridized net."""
+    if name in ZOO:
+        net = no_dropout(vision.get_model(name, classes=CLASSES))
+    elif name in ("lstm", "gru"):
+        net = LanguageModel(name)
+    elif name == "attention":
+        net = Attention()
+    elif name in ("conv", "convbn"):  # a small conv net, for the modes (fit_job.py)
+        net = nn.HybridSequential()
+        net.add(nn.Conv2D(8, 3, padding=1))
+        if name == "convbn":
+            net.add(nn.BatchNorm())
+        net.add(nn.Activation("relu"), nn.MaxPool2D(2), nn.Conv2D(16, 3), nn.Activation("relu"),
+                nn.Flatten(), nn.Dense(CLASSES))
+    else:
+        raise ValueError(f"no model {name!r}")
+    net.hybridize()
+    return net
+
+
+def data(name, samples):
+    """``samples`` inputs and labels for ``name``, the same in every process."""
+    rs = np.random.RandomState(sum(map(ord, name)))
+    if name in ("lstm", "gru"):
+        tokens = rs.randint(0, VOCAB, (samples, STEPS + 1))
+        return tokens[:, :-1].astype(np.float32), tokens[:, 1:].astype(np.float32)
+    if name == "attention":
+        shape = (samples, STEPS, 8)
+    else:
+        side = ZOO.get(name, 12)
+        shape = (samples, 3, side, side)
+    return rs.rand(*shape).astype(np.float32), rs.randint(0, CLASSES, samples).astype(np.float32)
+
+
+def params(net, ctx=None):
+    """Every array of ``net`` by its structural name (the same in every process), on ``ctx``
+    (default: its first device)."""
+    return {k: p.data(ctx or p.list_ctx()[0]).asnumpy()
+            for k, p in net._collect_params_with_prefix().items()}
+
+
+def train_fit(name, batch, steps, ctx=1, **kw):
+    """``name`` trained by ``fit`` for ``steps`` global batches (``batch`` a worker, on ``ctx``
+    devices); returns the net."""
+    net = build(name)
+    X, y = data(name, batch * kvstore.num_workers() * steps)
+    gluondist.fit(net, (X, y), epochs=1, batch_size=batch, ctx=ctx, seed=5, progress=False,
+                  optimizer_params=dict(OPTIMIZER), **kw)
+    return net
+
+
+def train_loop(name, batch, steps, ctx=1):
+    """``name`` trained by a loop of one's own: initialise, one forward pass outside training
+    (which leaves convolution weights in oneDNN's layout on MXNet's CPU builds), make_trainer,
+    ShardedBatchSampler's share of each global batch split over ``ctx`` devices."""
+    ctxs = [mx.cpu(i) for i in range(ctx)]
+    net = build(name)
+    mx.random.seed(5)
+    net.initialize(mx.init.Xavier(), ctx=ctxs)
+    X, y = data(name, batch * kvstore.num_workers() * steps)
+    net(mx.nd.array(X[:1], ctx=ctxs[0]))
+    trainer = kvstore.make_trainer(net.collect_params(), "sgd", dict(OPTIMIZER),
+                                   num_contexts=len(ctxs))
+    loss = mx.gluon.loss.SoftmaxCrossEntropyLoss()
+    sampler = kvstore.ShardedBatchSampler(len(X), batch, kvstore.num_workers(), kvstore.rank(),
+                                          seed=5)
+    for indices, count in sampler.batches():
+        xs = mx.gluon.utils.split_and_load(X[indices], ctxs)
+        ys = mx.gluon.utils.split_and_load(y[indices], ctxs)
+        with mx.autograd.record():
+            losses = [loss(net(a), b) for a, b in zip(xs, ys)]
+        mx.autograd.backward(losses)
+        trainer.step(count)
+    return net
