@@ -132,18 +132,27 @@ def forward_backward(net, loss_fn, data_parts, label_parts, ctxs: Sequence["mx.C
     A context whose part is None (a batch smaller than the device count) runs one sample of
     another part with a zero weight, so its gradients are fresh zeros and the trainer's step
     still covers every context. ``scale`` multiplies every loss before backward (0 makes a
-    worker with an empty share of the last global batch push zeros and keep in step)."""
+    worker with an empty share of the last global batch push zeros and keep in step). After
+    such a stand-in pass (a part of None, or scale 0) the parameters no gradient trains
+    (BatchNorm's running statistics) are put back as they were before it."""
     filled = [i for i, part in enumerate(data_parts) if part is not None]
     if not filled:
         raise ValueError("forward_backward needs at least one non-empty part")
     donor = filled[0]
     outputs, losses, heads = [], [], []
+    untrained = [p for p in net.collect_params().values() if p.grad_req == "null"] \
+        if len(filled) < len(ctxs) or scale == 0 else []
+    kept = []
     with mx.autograd.record():
         for ctx, data, label in zip(ctxs, data_parts, label_parts):
             empty = data is None
             if empty:
                 data = _first(data_parts[donor], ctx)
                 label = _first(label_parts[donor], ctx)
+            # a stand-in must not move BatchNorm's running statistics either (MXNet's CPU
+            # BatchNorm updates them in backward, after the forward pass)
+            if empty or scale == 0:
+                kept += [(p.data(ctx), p.data(ctx).copy()) for p in untrained]
             out = net(*data) if isinstance(data, tuple) else net(data)
             loss = loss_fn(out, label)
             head = loss[0] if isinstance(loss, tuple) else loss
@@ -151,6 +160,8 @@ def forward_backward(net, loss_fn, data_parts, label_parts, ctxs: Sequence["mx.C
             outputs.append(None if empty else out)
             losses.append(None if empty else loss)
     mx.autograd.backward(heads)
+    for array, before in kept:
+        before.copyto(array)
     return outputs, losses
 
 

@@ -191,15 +191,16 @@ def curves(history):
     return {k: v for k, v in history.items() if k not in SPEED_KEYS}
 
 
-def one_process(epochs, batch, opts=None):
-    """fit_job.py's training in this process: its parameters and History dict."""
+def one_process(epochs, batch, opts=None, ctx=None):
+    """fit_job.py's training in this process (on the devices ``ctx``): its parameters and
+    History dict."""
     import gluondist
     sys.path.insert(0, str(SCRIPTS))
     import fit_job
-    train, val = fit_job.data()
+    train, val = fit_job.data(opts)
     model = fit_job.net(opts)
     history = gluondist.fit(model, train, val_data=val, epochs=epochs, batch_size=batch, seed=11,
-                            optimizer_params=fit_job.optimizer_params(opts or {}))
+                            optimizer_params=fit_job.optimizer_params(opts or {}), ctx=ctx)
     params = {k: p.data().asnumpy() for k, p in model._collect_params_with_prefix().items()}
     return params, history.history
 

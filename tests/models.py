@@ -75,9 +75,10 @@ def build(name):
         net = Attention()
     elif name in ("conv", "convbn"):  # a small conv net, for the modes (fit_job.py)
         net = nn.HybridSequential()
-        net.add(nn.Conv2D(8, 3, padding=1))
-        if name == "convbn":
-            net.add(nn.BatchNorm())
+        if name == "convbn":  # no bias before BatchNorm: its gradient is rounding noise
+            net.add(nn.Conv2D(8, 3, padding=1, use_bias=False), nn.BatchNorm())
+        else:
+            net.add(nn.Conv2D(8, 3, padding=1))
         net.add(nn.Activation("relu"), nn.MaxPool2D(2), nn.Conv2D(16, 3), nn.Activation("relu"),
                 nn.Flatten(), nn.Dense(CLASSES))
     else:

@@ -75,6 +75,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     # would depend on how many layers the process had made before.
     params = list(params.values()) if hasattr(params, "values") else list(params)
     if dist:
+        _check_sendable(params)
         kv = _keyed(kv, params, update_on_kvstore, chunk_bytes, in_flight, compression)
     if isinstance(optimizer, mx.optimizer.Optimizer) and optimizer_params:
         raise ValueError("give optimizer_params only with an optimizer name: an "
@@ -90,6 +91,29 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
         trainer._init_kvstore()
         trainer._init_params()
     return trainer
+
+
+# What MXNet's parameter servers can hold and sum: an array of another dtype aborts the server at
+# its first push ("This operation only support floating point types"), even one that no
+# gradient trains (the initial broadcast pushes every parameter)
+SUMMABLE = ("float16", "float32", "float64")
+
+
+def _check_sendable(params) -> None:
+    """Refuse, in one line, a parameter that a job's kvstore would fail on."""
+    for p in params:
+        if p._stype != "default" or p._grad_stype != "default":
+            kind = p._grad_stype if p._grad_stype != "default" else p._stype
+            raise ValueError(
+                f"parameter {p.name} is {kind} (Embedding(..., sparse_grad=True) gives row_sparse "
+                "gradients), which gluondist's jobs cannot exchange yet: make it dense "
+                "(sparse_grad=False)")
+        dtype = np.dtype(p.dtype).name
+        if dtype not in SUMMABLE:
+            raise ValueError(
+                f"parameter {p.name} is {dtype}, and a job's servers hold only "
+                f"{', '.join(SUMMABLE)} arrays: cast it (net.cast('float32')) or leave it out "
+                "of the trainer's parameters")
 
 
 def _chunking(chunk_bytes: Optional[int]) -> Tuple[int, int]:

@@ -111,3 +111,19 @@ def test_batchnorm_normalises_each_workers_slice(trained):
     normalises the whole global batch at once."""
     got, one = trained["job"]["resnet18_v1", "fit"][0], trained["one"]["resnet18_v1", "fit"][0]
     assert max(rel(got[k], one[k]) for k in running_stats(one)) > 1e-2
+
+
+REFUSED = {"sparse": "parameter embedding0_weight is row_sparse",
+           "int32": "parameter counted0_calls is int32, and a job's servers hold only"}
+
+
+@pytest.mark.parametrize("kind,how", [("sparse", "fit"), ("sparse", "loop"), ("int32", "loop")])
+def test_a_net_the_servers_cannot_hold_is_refused_in_one_line(launch, kind, how):
+    """Refused on every worker before any step, with fit's ValueError (exit code 1), where
+    the servers used to abort (sparse: a traceback from inside MXNet)."""
+    job = launch("-n", 2, "-s", 1, SCRIPTS / "refused_net_job.py", kind, how)
+    assert job.wait(timeout=120) == 1, job.err
+    assert f"ValueError: {REFUSED[kind]}" in job.err
+    assert "trained" not in job.out + job.err and "SIGABRT" not in job.err
+    assert "stopped scheduler, server 0" in job.err  # the servers were alive at the end
+    assert job.leftovers() == []

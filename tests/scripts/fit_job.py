@@ -11,8 +11,10 @@ accumulate (fit's accumulate), grow_at (an epoch: in a job of 2 workers each wai
 start until the launcher asks them to stop for a grow), batch_sleep (seconds each worker sleeps after each batch, so a
 test can act while the job trains), pipeline (M: each worker's net in 2 stages on cpu(0) and
 cpu(1), batches in M micro-batches), every (fit's checkpoint_every), kill_at ([epoch, batch]:
-worker 1 kills itself with SIGKILL after that batch, on a job's first attempt only). The
-tests import data(), net() and optimizer_params() to train the same model in one process.
+worker 1 kills itself with SIGKILL after that batch, on a job's first attempt only), net (a
+net of tests/models.py, e.g. convbn, trained on its images instead of the MLP), ctx (devices
+per worker), compression (fit's). The tests import data(), net() and optimizer_params() to
+train the same model in one process.
 """
 import json
 import os
@@ -26,8 +28,14 @@ import numpy as np
 import gluondist
 from gluondist import kvstore, recipes
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import models  # noqa: E402
 
-def data():
+
+def data(opts=None):
+    if (opts or {}).get("net"):
+        X, y = models.data(opts["net"], 179)
+        return (X[:129], y[:129]), (X[129:], y[129:])
     rs = np.random.RandomState(0)
     X = rs.rand(179, 8).astype(np.float32)
     y = (X[:, 0] + X[:, 1] * 2 > 1.5).astype(np.float32) + (X[:, 2] > 0.7)
@@ -36,6 +44,8 @@ def data():
 
 def net(opts=None):
     opts = opts or {}
+    if opts.get("net"):
+        return models.build(opts["net"])
     model = mx.gluon.nn.HybridSequential()
     if opts.get("batchnorm"):
         model.add(mx.gluon.nn.Dense(16), mx.gluon.nn.BatchNorm(), mx.gluon.nn.Activation("relu"))
@@ -124,7 +134,7 @@ class WaitForGrow(gluondist.Callback):
 def main():
     out, epochs, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     opts = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
-    train, val = regression_data() if opts.get("regression") else data()
+    train, val = regression_data() if opts.get("regression") else data(opts)
     extra = {"loss": mx.gluon.loss.L2Loss(), "metrics": ["mse", "mae"]} \
         if opts.get("regression") else {}
     if opts.get("several"):
@@ -144,6 +154,7 @@ def main():
         callbacks.append(WaitForGrow(opts["grow_at"]))
     if "batch_sleep" in opts:
         callbacks.append(Sleep(opts["batch_sleep"]))
+    extra.update({k: opts[k] for k in ("ctx", "compression") if k in opts})
     if "pipeline" in opts:
         extra.update(ctx=[mx.cpu(0), mx.cpu(1)], parallel="pipeline",
                      micro_batches=opts["pipeline"])

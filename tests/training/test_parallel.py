@@ -75,3 +75,30 @@ def test_initialize_moves_an_initialised_net_keeping_values():
     parallel.initialize(net, [mx.cpu(0), mx.cpu(1)])
     assert net.collect_params().list_ctx() == [mx.cpu(0), mx.cpu(1)]
     assert param_sum(net) == before
+
+
+def test_a_stand_in_pass_leaves_batchnorm_statistics_as_they_were():
+    """A device without a part of the batch, and a worker's empty share (scale 0), run a
+    stand-in sample for fresh zero gradients; MXNet's BatchNorm would fold that sample into
+    its running statistics in backward. A device that had a part moves them as usual."""
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Dense(4), mx.gluon.nn.BatchNorm(), mx.gluon.nn.Dense(2))
+    net.hybridize()
+    ctxs = [mx.cpu(0), mx.cpu(1)]
+    parallel.initialize(net, ctxs, sample=mx.nd.ones((1, 3)))
+    stats = [p for p in net.collect_params().values() if p.grad_req == "null"]
+
+    def kept(ctx):
+        return [p.data(ctx).asnumpy() for p in stats]
+
+    loss = mx.gluon.loss.SoftmaxCrossEntropyLoss()
+    x, y = mx.nd.array(np.random.RandomState(0).rand(2, 3)), mx.nd.array([0, 1])
+    before = kept(mx.cpu(0))
+    parallel.forward_backward(net, loss, [x, None], [y, None], ctxs)
+    after = kept(mx.cpu(0))
+    assert all(np.array_equal(a, b) for a, b in zip(kept(mx.cpu(1)), before))  # the stand-in
+    assert not all(np.array_equal(a, b) for a, b in zip(after, before))  # the real part
+    parallel.forward_backward(net, loss, [x[:1], x[1:]], [y[:1], y[1:]], ctxs, scale=0.0)
+    assert all(np.array_equal(a, b) for a, b in zip(kept(mx.cpu(0)), after))
+    assert all(p.grad(mx.cpu(0)).norm().asscalar() == 0 for p in net.collect_params().values()
+               if p.grad_req != "null")
