@@ -47,15 +47,16 @@ def epochs_done(job, tmp_path, count):
     wait_until(done, timeout=180, interval=0.1, message=f"{count} epoch(s) to be checkpointed")
 
 
-def like_one_process(tmp_path, workers, global_batch):
-    """Every worker ends with one process's parameters for that global batch (rel 1e-5)."""
-    ref, _ = one_process(EPOCHS, global_batch)
+def like_one_process(tmp_path, workers, global_batch, opts=None):
+    """Every worker ends with one process's arrays for that global batch, each within
+    relative 1e-5 of the one of its name."""
+    ref, _ = one_process(EPOCHS, global_batch, opts)
     params, _ = job_results(tmp_path, workers)
-    flat = lambda p: np.concatenate([p[k].ravel() for k in sorted(p)]).astype(np.float64)
-    for mine in params:
+    for rank, mine in enumerate(params):
         assert sorted(mine) == sorted(ref)
-        diff = np.linalg.norm(flat(mine) - flat(ref)) / np.linalg.norm(flat(ref))
-        assert diff <= 1e-5, diff
+        for key in ref:
+            diff = np.linalg.norm(mine[key] - ref[key]) / np.linalg.norm(ref[key])
+            assert diff <= 1e-5, (rank, key, diff)
 
 
 def nothing_left(cluster):
@@ -63,16 +64,23 @@ def nothing_left(cluster):
         wait_until(lambda: not cluster.pids(host), timeout=30, message=f"{host} to be cleared")
 
 
-def test_a_lost_host_shrinks_the_job_and_the_parameters_stay(launch, cluster, tmp_path):
+@pytest.mark.parametrize("net", [None, "conv"])
+def test_a_lost_host_shrinks_the_job_and_the_parameters_stay(launch, cluster, tmp_path, net):
+    """The MLP, and a conv net (tests/models.py's, without BatchNorm: with it each worker's
+    slice, and so what its BatchNorm normalises, changes with the worker count). Its pooling
+    is an average: with 3 workers the server adds their pushes in the order they arrive, and
+    a max-pooling net turned that last-bit difference into 1e-4 in 3 runs of 10 (an argmax
+    that flips), an average-pooling one ends within 2.4e-6 in every run."""
     first, second, third = cluster.hosts  # scheduler and server on first
+    opts = {"net": net} if net else {}
     job = fit(launch, cluster, tmp_path, "-H", hostfile(tmp_path, cluster.hosts), "-n", "2:3",
-              "--max-restarts", 1)
+              "--max-restarts", 1, **opts)
     epochs_done(job, tmp_path, 1)
     cluster.crash(third)  # for good: sshd too
     assert job.wait(timeout=240) == 0, job.err
     assert f"gluondist: host {third} lost; restarting the job (1 of 1) with 2 workers (was 3)" \
         in job.err
-    like_one_process(tmp_path, 2, 96)  # 3 x 32 at the first start
+    like_one_process(tmp_path, 2, 96, opts)  # 3 x 32 at the first start
     nothing_left(cluster)
 
 
