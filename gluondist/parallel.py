@@ -21,7 +21,7 @@ import numpy as np
 
 from ._mx import mx
 from .devices import (Contexts, assign, clip_global_norm, clip_local_norm,  # noqa: F401
-                      contexts, forward_backward, initialize, is_initialized, split)
+                      contexts, forward_backward, initialize, is_initialized, settle, split)
 from .kv.trainer import make_trainer
 from .pipeline import Pipeline, StageTrainer, check_micro_batches  # noqa: F401
 

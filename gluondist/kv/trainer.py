@@ -74,6 +74,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     # names (dense9_ after dense10_), so the indices that optimizer states are kept under
     # would depend on how many layers the process had made before.
     params = list(params.values()) if hasattr(params, "values") else list(params)
+    devices.settle(params)  # after whatever inference passes the caller ran
     if dist:
         _check_sendable(params)
         kv = _keyed(kv, params, update_on_kvstore, chunk_bytes, in_flight, compression)

@@ -48,7 +48,9 @@ def run_pass(net, objective: Objective, src, ctxs, batch_size: int, rank: int = 
             losses = [objective(o, t) if o is not None else None
                       for o, t in zip(outputs, target_parts)]
             tally.add(outputs, target_parts, losses)
-    return tally.logs(allreduce)
+    logs = tally.logs(allreduce)
+    parallel.settle(net)  # an inference pass: before the next training step
+    return logs
 
 
 def evaluate(net, data, loss=None, metrics="auto", batch_size=None, ctx=None,
@@ -91,6 +93,7 @@ def predict(net, data, batch_size=None, ctx=None) -> Union[np.ndarray, Tuple[np.
             parts = [_predicted(net, d) for d in data_parts if d is not None]
             chunks.append([np.concatenate([p[j].asnumpy() for p in parts])
                            for j in range(len(parts[0]))])
+    parallel.settle(net)
     columns = [np.concatenate(col) for col in zip(*chunks)]
     return tuple(columns) if len(columns) > 1 else columns[0]
 

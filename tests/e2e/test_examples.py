@@ -48,3 +48,15 @@ def test_digits_with_no_epochs_trains_nothing_and_says_so(tmp_path):
     proc = run_example("digits.py", "--epochs", 0, "--plot", tmp_path / "curves.png")
     assert proc.stdout == "" and not (tmp_path / "curves.png").exists()
     assert proc.stderr.strip() == "fit: epochs=0: nothing to train (the History returned is empty)"
+
+
+def test_resnet_under_the_launcher_reaches_its_saved_accuracy(launch):
+    """examples/resnet.py at its defaults, as benchmarks/results/resnet_example.txt saved it
+    (docs/models.md quotes that figure): a 2-worker job trains the same digits alike."""
+    job = launch("-n", 2, "-s", 1, EXAMPLES / "resnet.py")
+    assert job.wait(timeout=400) == 0, job.err
+    final = r"\[worker 0\] final validation accuracy: ([\d.]+)"
+    saved = (ROOT / "benchmarks" / "results" / "resnet_example.txt").read_text()
+    assert float(re.search(final, job.out).group(1)) >= float(re.search(final, saved).group(1)) \
+        - 0.01 >= 0.98
+    assert job.leftovers() == []
