@@ -20,7 +20,7 @@ from .kinds import Mode
 from .node import NODE
 from .safepickle import check_sendable
 from .staging import Staging
-from .updates import ChunkUpdates
+from .updates import ChunkUpdates, leaves
 
 
 def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
@@ -181,15 +181,6 @@ def parameter_chunks(param, chunk_bytes: int) -> List[Tuple[int, int]]:
     return chunk_bounds(size, np.dtype(param.dtype).itemsize, chunk_bytes)
 
 
-def _arrays(value) -> list:
-    """The arrays of a kvstore call's value: an array, a list of them, or lists of lists."""
-    if value is None:
-        return []
-    if isinstance(value, (list, tuple)):
-        return [a for v in value for a in _arrays(v)]
-    return [value]
-
-
 class _KeyedStore(mx.kv.KVStoreBase):
     """The process's distributed kvstore as one trainer sees it.
 
@@ -255,11 +246,11 @@ class _KeyedStore(mx.kv.KVStoreBase):
     # the kvstore cannot send (see default_layout). Gradients never are: backward writes them
     # in the default layout.
     def init(self, key, value):
-        default_layout(_arrays(value))
+        default_layout(leaves(value))
         return self._kv.init(*self._split(key, value))
 
     def broadcast(self, key, value, out, priority=0):
-        default_layout(_arrays(value) + _arrays(out))
+        default_layout(leaves(value) + leaves(out))
         keys, values = self._split(key, value)
         return self._kv.broadcast(keys, values, self._split(key, out)[1], priority=priority)
 
@@ -267,7 +258,7 @@ class _KeyedStore(mx.kv.KVStoreBase):
         return self._kv.push(*self._split(key, value), priority=priority)
 
     def pull(self, key, out=None, priority=0, ignore_sparse=True):
-        default_layout(_arrays(out))
+        default_layout(leaves(out))
         keys, outs = self._split(key, out)
         return self._kv.pull(keys, out=outs, priority=priority, ignore_sparse=ignore_sparse)
 

@@ -37,7 +37,7 @@ def specs(batch, ctx, which=SPECS):
                        for m, h in which])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once: a module's would run again when xdist interleaves
 def trained(tmp_path_factory):
     """``trained[where][model, how]``: the arrays of each worker of the job (``"job"``), and of
     one process with the global batch on one device (``"one"``; BatchNorm nets but one left
