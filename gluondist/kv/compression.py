@@ -262,6 +262,16 @@ def decode_bits(summed, n: int, workers: int, threshold: float):
     return total
 
 
+def _float32_only(params: Sequence, why: str) -> None:
+    """Refuse, in one line, the first parameter that is not float32."""
+    import numpy as np
+    other = [p for p in params if np.dtype(p.dtype) != np.float32]
+    if other:
+        raise ValueError(f"{why}, and parameter {other[0].name} is "
+                         f"{np.dtype(other[0].dtype).name}: cast the net to float32 "
+                         "(net.cast('float32')), or use compression=None")
+
+
 class FP16(Compression):
     """``"fp16"`` (see the module's docstring): each MXNet key k of the trainer's gradients
     travels on float16 key k + ``count``, cast into a staging array; the sum is cast back into
@@ -286,13 +296,7 @@ class FP16(Compression):
         return wire
 
     def check_params(self, params: Sequence) -> None:
-        import numpy as np
-        other = [p for p in params if np.dtype(p.dtype) != np.float32]
-        if other:
-            raise ValueError(f"compression='fp16' sends float32 gradients as float16, and "
-                             f"parameter {other[0].name} is {np.dtype(other[0].dtype).name}: "
-                             "cast the net to float32 (net.cast('float32')), or use "
-                             "compression=None")
+        _float32_only(params, "compression='fp16' sends float32 gradients as float16")
 
     def start(self, kv, keys: List[int], sizes: List[int]) -> None:
         import mxnet as mx
@@ -365,6 +369,10 @@ class TwoBit(Compression):
     def __init__(self, threshold: float = DEFAULT_THRESHOLD):
         super().__init__()
         self.threshold = threshold
+
+    def check_params(self, params: Sequence) -> None:
+        # MXNet checks each push, the first broadcast's too, inside its kvstore
+        _float32_only(params, "compression='2bit' is MXNet's for float32 arrays only")
 
     @classmethod
     def checked(cls, settings: dict, name: str = "compression") -> "TwoBit":

@@ -146,12 +146,12 @@ class Tally:
 def check_float32(net) -> None:
     """fit, evaluate and predict cast every input, label and weight to float32: refuse, in one
     line, a net whose parameters are of another type (``net.cast('float64')``)."""
-    other = sorted({np.dtype(p.dtype).name for p in net.collect_params().values()} -
-                   {"float32"})
+    other = [p for p in net.collect_params().values() if np.dtype(p.dtype).name != "float32"]
     if other:
-        raise ValueError(f"the net's parameters are {', '.join(other)} (net.cast), but gluondist "
-                         "casts every input, label and weight to float32 and trains float32 "
-                         "nets only; cast it back with net.cast('float32')")
+        raise ValueError(f"parameter {other[0].name} is {np.dtype(other[0].dtype).name}"
+                         f"{f' (and {len(other) - 1} more)' if len(other) > 1 else ''}, but "
+                         "gluondist casts every input, label and weight to float32 and trains "
+                         "float32 nets only: cast the net with net.cast('float32')")
 
 
 def named_inputs(net) -> int:

@@ -33,5 +33,7 @@ def test_each_compression_in_a_two_worker_job(launch, tmp_path):
     assert notes["differ"].startswith("workers gave different compression=; every worker")
     # allreduce stays exact under 2-bit (fit's metrics and checks use it)
     assert notes["allreduce"] == [(1 + 2 ** -40) * 2, 0.25 + 1.25, -6e300]
+    assert notes["float64"].startswith("compression='2bit' is MXNet's for float32 arrays only, "
+                                       "and parameter ") and "is float64: cast" in notes["float64"]
     assert notes["refused"].startswith("this process's kvstore compresses every push with 2bit "
                                        "(threshold 0.05)")

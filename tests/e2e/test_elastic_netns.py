@@ -94,10 +94,13 @@ def discovery(tmp_path, hosts):
     return script
 
 
-def test_a_discovered_host_grows_the_job_at_an_epoch_end(launch, cluster, tmp_path):
+@pytest.mark.parametrize("net", [None, "conv"])
+def test_a_discovered_host_grows_the_job_at_an_epoch_end(launch, cluster, tmp_path, net):
+    """The MLP, and the conv net of the shrink test above."""
     script = discovery(tmp_path, cluster.hosts[:2])
+    opts = {"net": net} if net else {}
     job = fit(launch, cluster, tmp_path, "--host-discovery", script, "-n", "2:3",
-              "--max-restarts", 0, grow_at=2)  # the 2 workers wait in epoch 2 for the ask
+              "--max-restarts", 0, grow_at=2, **opts)  # the 2 workers wait in epoch 2
     epochs_done(job, tmp_path, 1)
     hostfile(tmp_path, cluster.hosts, "listing")
     appeared = time.monotonic()
@@ -105,7 +108,7 @@ def test_a_discovered_host_grows_the_job_at_an_epoch_end(launch, cluster, tmp_pa
     assert "the job grows to 3 workers (was 2) after the workers' next checkpoint" in job.err
     assert "gluondist: growing the job to 3 workers (was 2)" in job.err
     print(f"\nmeasured: host listed -> job ended: {time.monotonic() - appeared:.1f}s")
-    like_one_process(tmp_path, 3, 64)  # 2 x 32 at the first start
+    like_one_process(tmp_path, 3, 64, opts)  # 2 x 32 at the first start
     nothing_left(cluster)
 
 

@@ -12,7 +12,8 @@ In this order, because MXNet's 2-bit is the process's kvstore's for good:
    workers that ask for different compressions;
 3. 2bit (THRESHOLD): the reference as in 1, with each worker's residual, thresholding and
    decoding as MXNet's -> ``2bit.ref``/``2bit.job``; allreduce of float64 values through it;
-   the fits whole and chunked; a trainer without compression, refused (its message).
+   the fits whole and chunked; a trainer without compression, and one of a float64 net,
+   refused (their messages).
 """
 import json
 import os
@@ -175,6 +176,12 @@ try:
     kvstore.make_trainer(linear().collect_params(), "sgd", {"learning_rate": LR})
 except ValueError as exc:
     notes["refused"] = str(exc)
+double = linear()
+double.cast("float64")
+try:  # MXNet would raise from inside its kvstore, at the first broadcast
+    kvstore.make_trainer(double.collect_params(), "sgd", compression="2bit")
+except ValueError as exc:
+    notes["float64"] = str(exc)
 
 if kvstore.rank() == 0:
     np.savez(os.path.join(out, "result.npz"), **arrays)

@@ -297,8 +297,8 @@ def test_a_float64_net_is_refused_in_one_line(small):
     for call in (lambda: gluondist.fit(net, small[0]),
                  lambda: gluondist.predict(net, small[0][0]),
                  lambda: gluondist.evaluate(net, small[0])):
-        with pytest.raises(ValueError, match=r"^the net's parameters are float64 \(net.cast\), "
-                                             r".*cast it back with net.cast\('float32'\)$"):
+        with pytest.raises(ValueError, match=r"^parameter \w+ is float64 \(and 3 more\), "
+                                             r".*cast the net with net.cast\('float32'\)$"):
             call()
 
 
