@@ -1,10 +1,10 @@
 """Train a model-zoo ResNet-18 on scikit-learn's bundled handwritten digits with gluondist.fit.
 
-Each 8x8 digit is scaled up to a 32x32 RGB image, the smallest input ResNet accepts. The same
+Each 8x8 digit is scaled up to a 32x32 RGB image, small for ResNet but enough. The same
 script runs in one process (`python examples/resnet.py`), on several devices (`--ctx 2`), and
 as a parameter-server job (`gluondist launch -n 2 -s 1 examples/resnet.py`), where each worker
 normalises its slice of every batch with BatchNorm and fit averages the running statistics
-over the workers at the end (docs/models.md).
+over the workers at the end of every epoch (docs/models.md).
 """
 import argparse
 

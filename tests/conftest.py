@@ -266,7 +266,8 @@ def pytest_collection_modifyitems(items):
     test cannot land in a fast tier by a forgotten marker, nor a fast one wait in the slow
     group. The slow tests run first, in one xdist group: under ``--dist loadgroup``
     (pyproject's addopts) one worker runs them one after another, as alone (their jobs share
-    two cores, and some their namespace links), while the others take the fast tests."""
+    two cores, and some their namespace links), while the others take the fast tests; so with
+    pytest 8 (under pytest 9 xdist 3.8 appends no group to a test's id: see CONTRIBUTING)."""
     for item in items:
         if E2E in Path(item.fspath).parents:
             item.add_marker(pytest.mark.slow)

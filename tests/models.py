@@ -1,5 +1,5 @@
-"""The model matrix (docs/models.md): every family of MXNet's model zoo at the smallest input it
-accepts, an LSTM and a GRU language model over an ``Embedding``, an attention block of Gluon
+"""The model matrix (docs/models.md): every family of MXNet's model zoo at a small input it
+takes, an LSTM and a GRU language model over an ``Embedding``, an attention block of Gluon
 layers; their data; and the two ways to train one, ``fit`` and a loop of one's own with
 ``make_trainer`` and ``ShardedBatchSampler``. ``tests/scripts/models_job.py`` trains them as a
 job's workers, ``tests/e2e/test_models.py`` the same in one process, and compares."""
@@ -13,7 +13,8 @@ from mxnet.gluon.model_zoo import vision
 import gluondist
 from gluondist import kvstore
 
-# The zoo's families, each at the smallest square input its last pooling accepts.
+# The zoo's families, each at a small square input it takes (AlexNet's smallest; SqueezeNet's,
+# DenseNet's and Inception's last pooling has a fixed window: about the size they were made for)
 ZOO = {"resnet18_v1": 32, "resnet18_v2": 32, "mobilenet0.25": 32, "mobilenetv2_0.25": 32,
        "vgg11": 32, "vgg11_bn": 32, "alexnet": 63, "squeezenet1.1": 224, "densenet121": 224,
        "inceptionv3": 299}

@@ -241,10 +241,12 @@ class _KeyedStore(mx.kv.KVStoreBase):
                                                for v in views])
         return kept[1]
 
-    # Weights meet the kvstore here (init, broadcast; dist_async's pull), in MXNet's default
-    # layout: a forward pass outside autograd.record() may have left them in oneDNN's, which
-    # the kvstore cannot send (see default_layout). Gradients never are: backward writes them
-    # in the default layout.
+    # Weights meet the kvstore here (init, broadcast; pull, which Trainer calls for sparse
+    # weights only), in MXNet's default layout: a forward pass outside autograd.record() may
+    # have left them in oneDNN's, which the kvstore cannot send (see default_layout).
+    # Gradients never are: backward writes them in the default layout. (dist_async's weights
+    # come back through pushpull's out, a copy into them, after make_trainer and fit's
+    # validation passes have settled them.)
     def init(self, key, value):
         default_layout(leaves(value))
         return self._kv.init(*self._split(key, value))
