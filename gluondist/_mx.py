@@ -26,12 +26,16 @@ def default_layout(arrays) -> None:
     (``reshape``, a slice) of such an array reads the blocked bytes as if they were in order.
 
     ``MXNDArrayGetData``, the public C call behind an array's data pointer, reorders an array in
-    oneDNN layout back in place (c_api.cc). The inference reorder is itself queued in MXNet's
-    engine, so each array is waited for first: call this where weights meet the kvstore or are
-    cut into views, not on every gradient of every step."""
+    oneDNN layout back in place (c_api.cc). The inference reorder is queued in MXNet's engine by
+    the convolution while it runs, and the convolution only reads the weight, so waiting for
+    the weight's writes can return before either: every queued operation is waited for first
+    (a wait for each weight let a ResNet loop's reorder land after it, and the server aborted).
+    Call this before weights meet the kvstore (gluondist.devices.settle, from make_trainer), not
+    on every gradient of every step."""
+    arrays = [a for a in arrays if a.stype == "default" and a.context.device_typeid != _GPU]
+    if not arrays:
+        return
+    mx.nd.waitall()
     pointer = ctypes.c_void_p()
     for array in arrays:
-        if array.stype == "default" and array.context.device_typeid != _GPU:
-            array.wait_to_read()
-            mx.base.check_call(mx.base._LIB.MXNDArrayGetData(array.handle,
-                                                              ctypes.byref(pointer)))
+        mx.base.check_call(mx.base._LIB.MXNDArrayGetData(array.handle, ctypes.byref(pointer)))

@@ -11,7 +11,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import devices, envvars as ev
-from .._mx import default_layout, mx
+from .._mx import mx
 from . import compression as cmp
 from .calls import Prepared
 from .chunks import (chunk_bounds, chunk_bytes_from_env, chunk_updates_from_env,
@@ -20,7 +20,7 @@ from .kinds import Mode
 from .node import NODE
 from .safepickle import check_sendable
 from .staging import Staging
-from .updates import ChunkUpdates, leaves
+from .updates import ChunkUpdates
 
 
 def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
@@ -60,9 +60,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     or its dict form (``{"type": "2bit", "threshold": t}``; see
     :mod:`gluondist.kv.compression`); chunks are compressed alone."""
     compression = cmp.parse(compression)
-    if hasattr(params, "trainer_type"):  # a Pipeline: its parameters, its trainer
-        trainer_type = trainer_type or params.trainer_type
-        params = params.collect_params()
+    params, trainer_type = _parameters(params, trainer_type)
     chunk_bytes, in_flight = _chunking(chunk_bytes)
     kv = NODE.create(kvstore, num_contexts) if isinstance(kvstore, str) or kvstore is None \
         else kvstore
@@ -70,13 +68,10 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     dist = mode is not None and mode.distributed
     cmp.check_mode(compression, mode)
     update_on_kvstore = None if kv is None else mode.updates_on_servers
-    # A list, in the net's own order: given a dict, Trainer sorts it by the parameters' global
-    # names (dense9_ after dense10_), so the indices that optimizer states are kept under
-    # would depend on how many layers the process had made before.
-    params = list(params.values()) if hasattr(params, "values") else list(params)
-    devices.settle(params)  # after whatever inference passes the caller ran
+    # after the caller's inference passes: the kvstore cannot send a weight they left in
+    # oneDNN's layout, and a training forward would reorder it behind the first update
+    devices.settle(params)
     if dist:
-        _check_sendable(params)
         kv = _keyed(kv, params, update_on_kvstore, chunk_bytes, in_flight, compression)
     if isinstance(optimizer, mx.optimizer.Optimizer) and optimizer_params:
         raise ValueError("give optimizer_params only with an optimizer name: an "
@@ -85,13 +80,30 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
                                update_on_kvstore=update_on_kvstore)
     if dist:
         _join(trainer, kv, update_on_kvstore, batch_size)
-    elif kv is not None and not any(p._deferred_init for p in trainer._params):
-        # MXNet would do this inside the first step, after that batch's forward: copying
-        # device 0's BatchNorm statistics over the others then, so a run resumed mid-epoch
-        # would differ from one that was not (the copy falls on another batch)
+    elif kv is not None:
+        _init_devices(trainer)
+    return trainer
+
+
+def _init_devices(trainer) -> None:
+    """A trainer over this process's devices: device 0's values on every device now, not in
+    the first step. MXNet would do this inside the first step, after that batch's forward:
+    copying device 0's BatchNorm statistics over the others then, so a run resumed mid-epoch
+    would differ from one that was not (the copy falls on another batch)."""
+    if not any(p._deferred_init for p in trainer._params):
         trainer._init_kvstore()
         trainer._init_params()
-    return trainer
+
+
+def _parameters(params, trainer_type) -> Tuple[list, Optional[type]]:
+    """``params`` as a list, and the trainer type (a Pipeline's own, unless given)."""
+    if hasattr(params, "trainer_type"):  # a Pipeline: its parameters, its trainer
+        trainer_type = trainer_type or params.trainer_type
+        params = params.collect_params()
+    # A list, in the net's own order: given a dict, Trainer sorts it by the parameters' global
+    # names (dense9_ after dense10_), so the indices that optimizer states are kept under
+    # would depend on how many layers the process had made before.
+    return (list(params.values()) if hasattr(params, "values") else list(params)), trainer_type
 
 
 # What MXNet's parameter servers can hold and sum: an array of another dtype aborts the server at
@@ -131,6 +143,7 @@ def _chunking(chunk_bytes: Optional[int]) -> Tuple[int, int]:
 def _keyed(kv, params, update_on_kvstore: bool, chunk_bytes: int, in_flight: int,
            compression: Optional[cmp.Compression]) -> "_KeyedStore":
     """The trainer's view of the job's distributed kvstore: keys of its own, in chunks."""
+    _check_sendable(params)
     # dist_async's servers run the optimizer, which needs each parameter whole (its state,
     # lr_mult by name, LARS' and LAMB's norms): only updates on the workers are chunked
     chunks = [parameter_chunks(p, 0 if update_on_kvstore else chunk_bytes) for p in params]
@@ -241,18 +254,10 @@ class _KeyedStore(mx.kv.KVStoreBase):
                                                for v in views])
         return kept[1]
 
-    # Weights meet the kvstore here (init, broadcast; pull, which Trainer calls for sparse
-    # weights only), in MXNet's default layout: a forward pass outside autograd.record() may
-    # have left them in oneDNN's, which the kvstore cannot send (see default_layout).
-    # Gradients never are: backward writes them in the default layout. (dist_async's weights
-    # come back through pushpull's out, a copy into them, after make_trainer and fit's
-    # validation passes have settled them.)
     def init(self, key, value):
-        default_layout(leaves(value))
         return self._kv.init(*self._split(key, value))
 
     def broadcast(self, key, value, out, priority=0):
-        default_layout(leaves(value) + leaves(out))
         keys, values = self._split(key, value)
         return self._kv.broadcast(keys, values, self._split(key, out)[1], priority=priority)
 
@@ -260,7 +265,6 @@ class _KeyedStore(mx.kv.KVStoreBase):
         return self._kv.push(*self._split(key, value), priority=priority)
 
     def pull(self, key, out=None, priority=0, ignore_sparse=True):
-        default_layout(leaves(out))
         keys, outs = self._split(key, out)
         return self._kv.pull(keys, out=outs, priority=priority, ignore_sparse=ignore_sparse)
 

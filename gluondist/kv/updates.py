@@ -136,7 +136,7 @@ class ChunkUpdates:
         """Views of elements ``[a, b)`` of the weight, gradient and states, kept while the
         arrays are the same ones (Trainer passes the same every step; slicing costs more
         than the update of a small chunk)."""
-        arrays = [weight, grad] + leaves(state)
+        arrays = [weight, grad] + _leaves(state)
         kept = self._views.get((group, device))
         if kept is None or len(kept[0]) != len(arrays) or \
                 any(x is not y for x, y in zip(kept[0], arrays)):
@@ -159,12 +159,11 @@ def _state(updater, index: int, weight):
     return updater.states[index]
 
 
-def leaves(state) -> List:
-    """The arrays of a nested state (an array, None, or tuples and lists of them)."""
+def _leaves(state) -> List:
     if state is None:
         return []
     if isinstance(state, (tuple, list)):
-        return [leaf for part in state for leaf in leaves(part)]
+        return [leaf for part in state for leaf in _leaves(part)]
     return [state]
 
 

@@ -49,7 +49,7 @@ def train(optimizer, monkeypatch, switch: str, dtype="float32", steps=3, clip=No
             loss.backward()
         step(8)
     updater = trainer._updaters[0]
-    leaves = [s for i in sorted(updater.states) for s in updates.leaves(updater.states[i])]
+    leaves = [s for i in sorted(updater.states) for s in updates._leaves(updater.states[i])]
     opt = trainer._optimizer
     return step, ([p.data(c).asnumpy() for p in params for c in CTXS] +
                   [s.asnumpy() for s in leaves], opt._all_index_update_counts, opt.num_update)
