@@ -185,6 +185,20 @@ def rel_diff(a, b):
     return abs(a - b) / max(abs(a), abs(b), 1e-12)
 
 
+def array_rel(a, b) -> float:
+    """``||a - b|| / ||b||`` of two arrays, in float64."""
+    return float(np.linalg.norm(np.asarray(a, np.float64) - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def assert_arrays_close(got, want, rtol, what="", names=None):
+    """``got`` holds the arrays of ``want``, by name, and each of ``names`` (default: all)
+    within relative ``rtol`` (:func:`array_rel`) of the one of its name."""
+    assert sorted(got) == sorted(want), what
+    off = {k: array_rel(got[k], want[k]) for k in (want if names is None else names)}
+    bad = {k: d for k, d in off.items() if not d <= rtol}
+    assert not bad, f"{what}: arrays off by more than {rtol}: {bad}"
+
+
 def curves(history):
     """A History dict without its timing keys (which differ from run to run)."""
     from gluondist.training.callbacks import SPEED_KEYS

@@ -9,11 +9,10 @@ import json
 import re
 import time
 
-import numpy as np
 import pytest
 
 import netns
-from conftest import SCRIPTS, job_results, one_process, wait_until
+from conftest import SCRIPTS, assert_arrays_close, job_results, one_process, wait_until
 from gluondist.launcher.outcome import LOST_EXIT
 
 SCRIPT = str(SCRIPTS / "fit_job.py")
@@ -53,10 +52,7 @@ def like_one_process(tmp_path, workers, global_batch, opts=None):
     ref, _ = one_process(EPOCHS, global_batch, opts)
     params, _ = job_results(tmp_path, workers)
     for rank, mine in enumerate(params):
-        assert sorted(mine) == sorted(ref)
-        for key in ref:
-            diff = np.linalg.norm(mine[key] - ref[key]) / np.linalg.norm(ref[key])
-            assert diff <= 1e-5, (rank, key, diff)
+        assert_arrays_close(mine, ref, 1e-5, f"worker {rank}")
 
 
 def nothing_left(cluster):

@@ -8,16 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from conftest import SCRIPTS, job_results, one_process
+from conftest import SCRIPTS, assert_arrays_close, job_results, one_process
 
 SCRIPT = str(SCRIPTS / "fit_job.py")
-
-
-def assert_close(got, want, rtol, what):
-    assert got.keys() == want.keys(), what
-    for key in want:
-        diff = np.linalg.norm(got[key] - want[key]) / max(np.linalg.norm(want[key]), 1e-30)
-        assert diff <= rtol, f"{what}: {key} off by {diff:.2e}"
 
 
 def run(launch, path, opts, epochs=2, batch=16, *args, env=None):
@@ -37,13 +30,13 @@ def test_two_devices_in_each_of_two_workers_compute_one_process_on_four(launch, 
     global batch, as one process on 4 devices does; the statistics averaged over all 4."""
     got = run(launch, tmp_path, {"net": "convbn", "ctx": 2})
     ref, _ = one_process(2, 32, {"net": "convbn"}, ctx=4)
-    assert_close(got, ref, 1e-5, "convbn, 2 workers x 2 devices")
+    assert_arrays_close(got, ref, 1e-5, "convbn, 2 workers x 2 devices")
 
 
 def test_a_conv_pipeline_in_each_worker_computes_one_process(launch, tmp_path):
     got = run(launch, tmp_path, {"net": "conv", "pipeline": 2})
     ref, _ = one_process(2, 32, {"net": "conv"})
-    assert_close(got, ref, 1e-5, "conv in 2 stages x 2 workers")
+    assert_arrays_close(got, ref, 1e-5, "conv in 2 stages x 2 workers")
 
 
 @pytest.mark.parametrize("compression", ["fp16", "2bit"])
@@ -58,7 +51,7 @@ def test_compressed_conv_gradients_whole_equal_chunked(launch, tmp_path, compres
         assert np.array_equal(whole[key], chunked[key]), key
     if compression == "fp16":
         ref, _ = one_process(2, 32, {"net": "convbn"}, ctx=2)
-        assert_close(whole, ref, 1e-2, "convbn, fp16")
+        assert_arrays_close(whole, ref, 1e-2, "convbn, fp16")
 
 
 def test_conv_chunks_updated_as_they_land_equal_one_update(launch, tmp_path):
@@ -70,7 +63,7 @@ def test_conv_chunks_updated_as_they_land_equal_one_update(launch, tmp_path):
     for key in early:
         assert np.array_equal(early[key], late[key]), key
     ref, _ = one_process(2, 32, {"net": "convbn"}, ctx=2)
-    assert_close(early, ref, 1e-5, "convbn in chunks")
+    assert_arrays_close(early, ref, 1e-5, "convbn in chunks")
 
 
 def test_dist_async_trains_a_conv_net(launch, tmp_path):

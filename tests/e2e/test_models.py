@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import models
-from conftest import SCRIPTS, Job, reap
+from conftest import SCRIPTS, Job, array_rel, assert_arrays_close, reap
 
 SCRIPT = str(SCRIPTS / "models_job.py")
 WORKERS, BATCH, STEPS = 2, 4, 2
@@ -68,18 +68,6 @@ def trained(tmp_path_factory):
     return found
 
 
-def rel(a, b):
-    return float(np.linalg.norm(a.astype(np.float64) - b) / max(np.linalg.norm(b), 1e-30))
-
-
-def assert_arrays_match(got, want, names, what, rtol=RTOL):
-    """Each array of ``names`` in ``got`` within ``rtol`` of ``want``'s, by name."""
-    assert set(got) == set(want), what
-    worst = {k: rel(got[k], want[k]) for k in names}
-    bad = {k: v for k, v in worst.items() if not v <= rtol}
-    assert not bad, f"{what}: arrays off by more than {rtol}: {bad}"
-
-
 def running_stats(arrays):
     return {k for k in arrays if k.endswith(("running_mean", "running_var"))}
 
@@ -99,7 +87,7 @@ def test_every_net_trains_as_one_process(trained):
     # BatchNorm normalises each worker's slice: a BatchNorm net's job is far from one process
     # that normalises the whole global batch at once
     got, one = trained["job"]["resnet18_v1", "fit"][0], trained["one"]["resnet18_v1", "fit"][0]
-    assert max(rel(got[k], one[k]) for k in running_stats(one)) > 1e-2
+    assert max(array_rel(got[k], one[k]) for k in running_stats(one)) > 1e-2
 
 
 def check_net(trained, model, how):
@@ -110,17 +98,17 @@ def check_net(trained, model, how):
     assert bool(stats) == (model in models.BATCHNORM)
     trainable = set(two) - stats
     for rank, got in enumerate(workers):
-        assert_arrays_match(got, two, trainable, f"{model} through {how}, worker {rank}")
+        assert_arrays_close(got, two, RTOL, f"{model} through {how}, worker {rank}", trainable)
         if not stats:  # and as one process that takes the global batch at once
-            assert_arrays_match(got, trained["one"][model, how][0], trainable,
+            assert_arrays_close(got, trained["one"][model, how][0], ROUNDING.get(model, RTOL),
                                 f"{model} through {how} on one device, worker {rank}",
-                                ROUNDING.get(model, RTOL))
+                                trainable)
         elif how == "fit":  # averaged over the workers at the end, as over the devices
-            assert_arrays_match(got, two, stats, f"{model}'s statistics, worker {rank}")
+            assert_arrays_close(got, two, RTOL, f"{model}'s statistics, worker {rank}", stats)
     if stats and how == "loop":  # each worker keeps its own, as each device does
         for rank, got in enumerate(workers):
-            assert_arrays_match(got, trained["devices"][model][rank], stats,
-                                f"{model}'s statistics, worker {rank} and device {rank}")
+            assert_arrays_close(got, trained["devices"][model][rank], RTOL,
+                                f"{model}'s statistics, worker {rank} and device {rank}", stats)
 
 
 REFUSED = {"sparse": "parameter embedding0_weight is row_sparse",
