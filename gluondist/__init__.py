@@ -23,6 +23,21 @@ INSTALL_HINT = (
     "anywhere pip install mxnet==1.9.1 (CUDA: mxnet-cu117==1.9.1); pip install "
     "'gluondist[cpu]' works only once gluondist is on PyPI, which it is not yet"
 )
+# The MXNet whose private names gluondist._mx reads (and every job ran on): 1.9. At apache/mxnet's
+# HEAD (2.x) Trainer._contexts is _devices and MXImperativeInvokeEx is gone.
+MXNET_SUPPORTED = (1, 9)
+
+
+def mxnet_version_problem(version: str):
+    """One line saying what to do when MXNet ``version`` is not :data:`MXNET_SUPPORTED`, or
+    None."""
+    found = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
+    if found == MXNET_SUPPORTED:
+        return None
+    return (f"gluondist runs on MXNet {'.'.join(map(str, MXNET_SUPPORTED))}, not MXNet "
+            f"{version}: install it: {INSTALL_HINT}")
+
+
 __all__ = ["fit", "launch", "LaunchOptions", "LaunchResult", "History", "Callback",
            "EarlyStopping", "ProgressBar", "EpochLogger", "Checkpointer", "SaveBest", "CSVLogger",
            "TensorBoard", "evaluate", "predict", "kvstore", "parallel", "recipes", "checkpoint",

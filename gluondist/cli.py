@@ -390,29 +390,10 @@ def manifest_kubernetes(num_workers, num_servers, image, name, port, kvstore, gp
 @cli.command("env")
 def env_command():
     """Show Python, MXNet and numpy versions, MXNet's build features, GPUs and cores."""
-    import platform
-    click.echo(f"python     {platform.python_version()} ({sys.executable})")
-    try:
-        import numpy
-        click.echo(f"numpy      {numpy.__version__}")
-    except ImportError:
-        click.echo("numpy      missing")
-    from . import INSTALL_HINT
-    try:
-        import mxnet as mx
-    except ImportError as exc:
-        raise click.ClickException(
-            f"MXNet does not import ({exc}); install it: {INSTALL_HINT}") from None
-    features = mx.runtime.Features()
-    flags = {name: features.is_enabled(name) for name in ("DIST_KVSTORE", "CUDA", "NCCL", "MKLDNN")}
-    click.echo(f"mxnet      {mx.__version__} ({os.path.dirname(mx.__file__)})")
-    click.echo("features   " + "  ".join(f"{k}={'yes' if v else 'no'}" for k, v in flags.items()))
-    click.echo(f"gpus       {mx.context.num_gpus()}")
-    click.echo(f"cores      {os.cpu_count()}")
-    if not flags["DIST_KVSTORE"]:
-        raise click.ClickException(
-            f"this MXNet build lacks DIST_KVSTORE, which parameter-server jobs need; "
-            f"install one that has it: {INSTALL_HINT}")
+    from .machine import describe
+    problem = describe(click.echo)
+    if problem:
+        raise click.ClickException(problem)
 
 
 def main(argv=None) -> None:

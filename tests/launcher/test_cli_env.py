@@ -1,5 +1,9 @@
 """`gluondist env`: what this machine's build can do, and the install command where MXNet is
 missing."""
+import os
+import subprocess
+import sys
+
 from click.testing import CliRunner
 
 from conftest import run_cli
@@ -24,3 +28,25 @@ def test_env_without_mxnet_names_the_install_command(tmp_path):
     assert proc.stderr.strip().splitlines()[-1] == (
         f"gluondist: error: MXNet does not import (libmxnet.so missing); install it: "
         f"{INSTALL_HINT}")
+
+
+STUB = ('__version__ = "2.0.0"\n'
+        "class _Features:\n    def is_enabled(self, name):\n        return True\n"
+        "class runtime:\n    Features = _Features\n"
+        "class context:\n    num_gpus = staticmethod(lambda: 0)\n")
+WRONG = f"gluondist runs on MXNet 1.9, not MXNet 2.0.0: install it: {INSTALL_HINT}"
+
+
+def test_another_mxnet_version_is_refused_in_one_line(tmp_path):
+    """An MXNet whose private names gluondist was not written against (2.0 renames
+    Trainer._contexts): `gluondist env` says so, and training refuses to import."""
+    (tmp_path / "mxnet").mkdir()
+    (tmp_path / "mxnet" / "__init__.py").write_text(STUB)
+    env = {"PYTHONPATH": str(tmp_path)}
+    proc = run_cli("env", env=env)
+    assert proc.returncode == 1 and "mxnet      2.0.0" in proc.stdout
+    assert proc.stderr.strip().splitlines()[-1] == f"gluondist: error: {WRONG}"
+    training = subprocess.run([sys.executable, "-c", "import gluondist.kvstore"],
+                              capture_output=True, text=True, env={**os.environ, **env})
+    assert training.returncode == 1
+    assert training.stderr.strip().splitlines()[-1] == f"ImportError: {WRONG}"

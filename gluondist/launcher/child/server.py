@@ -26,7 +26,7 @@ import sys
 import traceback
 from typing import NoReturn
 
-from ... import envvars as ev, wire
+from ... import INSTALL_HINT, envvars as ev, mxnet_version_problem, wire
 from . import SERVER
 
 FAILED = 1  # the exit code of a server whose Python code (controller, optimizer) raised
@@ -91,8 +91,7 @@ def _library():
     wrappers of every operator, none of which a scheduler or a summing server calls."""
     spec = importlib.util.find_spec("mxnet")
     if spec is None or spec.origin is None:
-        _die(f"mxnet is not installed for {sys.executable}; install it there "
-             "(pip install 'mxnet>=1.6,<2', or a GPU build)")
+        _die(f"mxnet is not installed for {sys.executable}; install it there: {INSTALL_HINT}")
     path = os.path.join(os.path.dirname(spec.origin), "libinfo.py")
     try:
         info = importlib.util.spec_from_file_location("gluondist_mxnet_libinfo", path)
@@ -103,6 +102,9 @@ def _library():
         message = " ".join(str(exc).split())
         _die(f"mxnet at {os.path.dirname(spec.origin)} cannot load its library ({message}); "
              f"reinstall it for {sys.executable}")
+    problem = mxnet_version_problem(getattr(libinfo, "__version__", "of no version"))
+    if problem:
+        _die(problem)
     library.MXGetLastError.restype = ctypes.c_char_p
     return library
 
