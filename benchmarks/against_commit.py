@@ -1,8 +1,11 @@
 """`gluondist bench kvstore` at this tree and at an earlier commit, alternately, in one run: how a
 change moved the kvstore's step time (issue 34 asks that `gluondist bench kvstore -n 2 --mbytes
-1` be no slower than before).
+1` be no slower than before). With ``--peer-train``, benchmarks/peers.py's training instead
+(peer_train.py through ``fit``: the 8 MB-layer MLP, 64 KiB chunks) in a 2-worker, 2-server job
+on loopback, its median epoch after the first.
 
     python benchmarks/against_commit.py COMMIT [--repeats N] [--json FILE] -- BENCH_ARGS...
+    python benchmarks/against_commit.py COMMIT --peer-train [--repeats N] [--json FILE]
 
 The commit is checked out in a temporary git worktree and run by an interpreter of its own (a
 venv whose only path file puts that worktree before this environment's site-packages, so the
@@ -48,11 +51,29 @@ def bench(python: str, args) -> dict:
     return {str(r["servers"]): r["step_s"] for r in rows}
 
 
+def peer_train(python: str, epochs: int = 4) -> dict:
+    """``{"2": median epoch s after the first}`` of one peer_train.py job (2 workers, 2
+    servers, GLUONDIST_CHUNK_BYTES=65536, the setting of peers.py's runs)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "epochs.json")
+        run = subprocess.run([python, "-m", "gluondist.cli", "launch", "-n", "2", "-s", "2",
+                              "--env", "GLUONDIST_CHUNK_BYTES=65536",
+                              os.path.join(ROOT, "benchmarks", "peer_train.py"), "gluondist",
+                              out, str(epochs)], capture_output=True, text=True, cwd=ROOT,
+                             timeout=600)
+        if run.returncode != 0:
+            sys.exit(f"peer_train.py failed under {python}:\n{run.stderr.strip()[-2000:]}")
+        with open(out) as f:
+            return {"2": statistics.median(json.load(f)["epoch_seconds"][1:])}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("commit", help="the earlier commit, such as 3a28597")
     parser.add_argument("--repeats", type=int, default=8)
     parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--peer-train", action="store_true",
+                        help="time peers.py's training (fit, 64 KiB chunks) instead")
     parser.epilog = "After --, gluondist bench kvstore's own arguments (default -n 2 --mbytes 1)."
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
@@ -65,7 +86,8 @@ def main():
             for rep in range(opts.repeats):
                 order = list(sides.items())
                 for name, python in (order if rep % 2 == 0 else order[::-1]):
-                    runs[name].append(bench(python, args))
+                    runs[name].append(peer_train(python) if opts.peer_train
+                                      else bench(python, args))
                     print(f"repeat {rep + 1}, {name}: {runs[name][-1]}", flush=True)
         finally:
             subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force",
@@ -74,12 +96,15 @@ def main():
                for name, rs in runs.items()}
     ratio = {s: now / medians[opts.commit][s] for s, now in medians["this tree"].items()}
     for s in ratio:
-        print(f"{s} server(s): {medians['this tree'][s] * 1e3:.2f} ms a step against "
+        what = "2 workers: an epoch" if opts.peer_train else f"{s} server(s): a step"
+        print(f"{what}: {medians['this tree'][s] * 1e3:.2f} ms against "
               f"{medians[opts.commit][s] * 1e3:.2f} ms at {opts.commit}: {ratio[s]:.3f}")
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump({"command": shlex.join(["python", *sys.argv]), "commit": opts.commit,
-                       "bench_args": args, "runs": runs, "median_step_s": medians,
+                       "bench_args": None if opts.peer_train else args,
+                       "measured": "peer_train.py epoch_s" if opts.peer_train else "step_s",
+                       "runs": runs, "median_step_s": medians,
                        "ratio": ratio, "load_1min": os.getloadavg()[0]}, f, indent=1)
             f.write("\n")
 

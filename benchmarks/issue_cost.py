@@ -1,5 +1,5 @@
 """What issuing a step's chunks costs a worker's Python: the step's MXNet calls prepared once
-(gluondist.kv.calls) against MXNet's own Python wrappers (``NDArray.copyto``,
+(gluondist._mx.Copy and PushPull) against MXNet's own Python wrappers (``NDArray.copyto``,
 ``KVStore.pushpull``), alternating in one job.
 
     python benchmarks/issue_cost.py [--chunk-bytes 65536] [--blocks 6] [--json FILE]
@@ -30,12 +30,10 @@ def worker(out: str, blocks: int) -> None:
     import peer_train  # sets OMP_NUM_THREADS before MXNet starts
     mx = peer_train.mx
     from gluondist import kvstore as kvs
-    from gluondist.kv.calls import Prepared
+    from gluondist.kv.compression import Compression
 
-    prepared = (Prepared.copy, Prepared.pushpull)
-    wrappers = (lambda self, name, src, dst: src.copyto(dst),
-                lambda self, name, kv, key, values, priority: kv.pushpull(
-                    key, values if len(values) > 1 else values[0], priority=priority))
+    prepared = Compression.copy
+    wrapper = lambda self, name, src, dst: src.copyto(dst)
     net = peer_train.net()
     net.initialize(mx.init.Xavier())
     X, y = peer_train.data(1)
@@ -49,7 +47,8 @@ def worker(out: str, blocks: int) -> None:
              "prepared": {"issue_s": [], "step_s": []}}
     for block in range(blocks + 1):  # the first to warm up
         way = "prepared" if block % 2 == 0 else "wrappers"
-        Prepared.copy, Prepared.pushpull = prepared if way == "prepared" else wrappers
+        Compression.copy = prepared if way == "prepared" else wrapper
+        trainer.exchange._prepared = way == "prepared"  # else kv.pushpull
         for _ in range(STEPS):
             with mx.autograd.record():
                 loss = loss_fn(net(x), label)
@@ -62,7 +61,7 @@ def worker(out: str, blocks: int) -> None:
             if block:
                 times[way]["issue_s"].append(issued - started)
                 times[way]["step_s"].append(time.perf_counter() - started)
-    Prepared.copy, Prepared.pushpull = prepared
+    Compression.copy = prepared
     if kvs.rank() == 0:
         with open(out, "w") as f:
             json.dump(times, f)

@@ -1,8 +1,19 @@
-"""Import MXNet once, with an error that says how to install it; the one call of MXNet's C API
-that puts an array back in its default memory layout (:func:`default_layout`)."""
-import ctypes
+"""Where gluondist meets MXNet below its public door, for the training side (the worker's
+process): MXNet imported once, its version checked, and every private attribute of MXNet's
+classes and every call into libmxnet that training still needs, each named once here.
 
-from . import INSTALL_HINT
+Two more modules meet MXNet so, each for a process of its own, as CONTRIBUTING lists:
+:mod:`gluondist.launcher.child.server` (the server process, which runs MXNet's C server loop
+without importing mxnet) and :mod:`gluondist.launcher.child.bootstrap` (a role's start and
+exit). tests/unit/test_boundary.py reads the code and fails when one appears anywhere else.
+
+What each is kept for is said beside it; where a public call did the job it is used instead
+(``kv.pushpull``, ``mx.optimizer.get_updater``, ``Block.collect_params``)."""
+import contextlib
+import ctypes
+from array import array
+
+from . import INSTALL_HINT, mxnet_version_problem
 
 try:
     import mxnet as mx  # noqa: F401
@@ -10,8 +21,15 @@ except ImportError as exc:  # pragma: no cover - exercised only without MXNet
     raise ImportError(f"gluondist needs MXNet, which failed to import ({exc}); "
                       f"install it: {INSTALL_HINT}") from exc
 
+_problem = mxnet_version_problem(mx.__version__)
+if _problem:
+    raise ImportError(_problem)
+
+_LIB, _check_call = mx.base._LIB, mx.base.check_call
 _GPU = 2  # mx.Context.devstr2type["gpu"]
 
+
+# Arrays and parameters
 
 def default_layout(arrays) -> None:
     """Put every dense CPU array of ``arrays`` in MXNet's default memory layout, in place.
@@ -37,5 +55,234 @@ def default_layout(arrays) -> None:
         return
     mx.nd.waitall()
     pointer = ctypes.c_void_p()
-    for array in arrays:
-        mx.base.check_call(mx.base._LIB.MXNDArrayGetData(array.handle, ctypes.byref(pointer)))
+    for each in arrays:
+        _check_call(_LIB.MXNDArrayGetData(each.handle, ctypes.byref(pointer)))
+
+
+def fresh(weight) -> bool:
+    """Whether backward wrote ``weight``'s gradient since its last update (the flag
+    ``Trainer`` reads to refuse a stale gradient; no public reader)."""
+    return weight._fresh_grad
+
+
+def mark_updated(weight) -> None:
+    weight._fresh_grad = False
+
+
+def deferred(param) -> bool:
+    """Whether ``param`` waits for its first forward pass to learn its shape."""
+    return bool(param._deferred_init)
+
+
+def initialised(param) -> bool:
+    """Whether ``param`` holds arrays now (neither uninitialised nor deferred)."""
+    return param._data is not None and not param._deferred_init
+
+
+def storage(param) -> tuple:
+    """``(stype, grad_stype)`` of ``param`` as it was made (no public reader before its
+    arrays exist)."""
+    return param._stype, param._grad_stype
+
+
+def whole_value(param):
+    """A sparse parameter's whole value (Parameter._reduce: what save_parameters writes)."""
+    return param._reduce()
+
+
+def named_parameters(block) -> dict:
+    """``block``'s parameters by their structural names (``"0.weight"``), the names
+    ``save_parameters`` writes; ``collect_params()`` keys them by global names, which change
+    with how many layers the process made before."""
+    return block._collect_params_with_prefix()
+
+
+def children(block) -> list:
+    """``block``'s child blocks, in order (Sequential alone has a public way)."""
+    return list(block._children.values())
+
+
+def own_parameter_names(block) -> set:
+    """The names of the parameters ``hybrid_forward`` receives as arguments."""
+    return set(getattr(block, "_reg_params", {}))
+
+
+def loss_axis(loss) -> int:
+    """The ``axis`` a softmax cross-entropy loss was made with (MXNet keeps it private)."""
+    return getattr(loss, "_axis", -1)
+
+
+def sparse_label(loss) -> bool:
+    """Whether a softmax cross-entropy loss takes class indices (``sparse_label``)."""
+    return getattr(loss, "_sparse_label", True)
+
+
+# Trainer and optimizer
+
+class Trainer(mx.gluon.Trainer):
+    """``gluon.Trainer``, whose parameters may each live on one context of their own (a
+    pipeline's stages): MXNet's check wants every parameter on the same contexts. Its step is
+    gluondist's (:class:`gluondist.kv.trainer.Trainer`); what it keeps of MXNet's is the
+    optimizer, made from the name and settings as MXNet makes it, and the methods users call."""
+
+    def _check_contexts(self):
+        each = [p.list_ctx() for p in self._params]
+        if all(c == each[0] for c in each) or not all(len(c) == 1 for c in each):
+            return super()._check_contexts()
+        return each[0]
+
+
+def trainer_params(trainer) -> list:
+    """Any ``gluon.Trainer``'s parameters, in its order (no public reader)."""
+    return trainer._params
+
+
+def trainer_updaters(trainer) -> list:
+    """A plain ``gluon.Trainer``'s updaters, one per context (checkpoints read and restore
+    their states)."""
+    return trainer._updaters
+
+
+def servers_update(trainer) -> bool:
+    """Whether a plain ``gluon.Trainer``'s kvstore runs the optimizer (dist_async)."""
+    return trainer._kvstore is not None and bool(trainer._update_on_kvstore)
+
+
+def grad_scale(trainer) -> float:
+    """What a step multiplies the gradients by before dividing by the batch size: the
+    optimizer's ``rescale_grad`` when the trainer was made, or AMP's while it scales the
+    loss."""
+    return trainer._scale
+
+
+def loss_scaler(trainer):
+    """AMP's loss scaler (``amp.init_trainer``), or None: a step with an overflow is skipped."""
+    return getattr(trainer, "_amp_loss_scaler", None)
+
+
+def count_tables(optimizer) -> dict:
+    """The optimizer's update counts, one table ``{index: count}`` per device id: they drive
+    learning-rate schedules and Adam's bias correction, and no public call reads or sets
+    them."""
+    return optimizer._all_index_update_counts
+
+
+def set_count_tables(optimizer, tables: dict) -> None:
+    """Give the optimizer ``tables`` (see :func:`count_tables`), the first one current."""
+    optimizer._all_index_update_counts = tables
+    optimizer._index_update_count = next(iter(tables.values()))
+
+
+def count_for(optimizer, device_id: int) -> None:
+    """Count the next updates in device ``device_id``'s table (what ``Updater`` does before
+    an update; needed where the optimizer's update is called directly)."""
+    optimizer._set_current_context(device_id)
+
+
+@contextlib.contextmanager
+def counts_kept(optimizer, index: int):
+    """Updates of ``index`` in this block leave its update count where it was."""
+    counts, num = optimizer._index_update_count, optimizer.num_update
+    before = counts.get(index)
+    try:
+        yield
+    finally:
+        if before is None:
+            counts.pop(index, None)
+        else:
+            counts[index] = before
+        optimizer.num_update = num
+
+
+# KVStore
+
+def barrier(kv) -> None:
+    """Every worker of the job waits here (KVStore._barrier; MXNet's own is private)."""
+    kv._barrier()
+
+
+class Copy:
+    """``src.copyto(dst)``, issued to MXNet's engine each time it is called, its C arguments
+    built once.
+
+    MXNet 1.9.1's Python builds a call's C arguments anew each time: ``NDArray.copyto`` the arrays
+    of handles, a check of each array's type and the operator's keyword strings, and
+    ``KVStore.pushpull`` the arrays of keys and handles. That costs more than the call: at 64 KiB
+    chunks a worker spent 6.7 ms of Python a step issuing a net's 130 chunks (128 of them an 8 MB
+    layer's; two copies and a pushpull each) through them, 4.4 ms this way
+    (benchmarks/issue_cost.py), and in a job the workers do it all at once, beside their
+    backward passes, on the hosts' cores."""
+
+    __slots__ = ("src", "dst", "_inputs", "_outputs", "_count", "_stypes")
+    _OP = ctypes.c_void_p()  # MXNet's _copyto operator, what NDArray.copyto runs
+    _check_call(_LIB.NNGetOpHandle(mx.base.c_str("_copyto"), ctypes.byref(_OP)))
+
+    def __init__(self, src, dst):
+        self.src, self.dst = src, dst  # kept: the handles below are theirs
+        self._inputs = mx.base.c_handle_array([src])
+        self._outputs = ctypes.cast(mx.base.c_handle_array([dst]),
+                                    ctypes.POINTER(mx.base.NDArrayHandle))
+        self._count = ctypes.c_int(1)
+        self._stypes = ctypes.POINTER(ctypes.c_int)()
+
+    def __call__(self) -> None:
+        _check_call(_LIB.MXImperativeInvokeEx(
+            self._OP, 1, self._inputs, ctypes.byref(self._count),
+            ctypes.byref(self._outputs), 0, None, None, ctypes.byref(self._stypes)))
+
+
+class PushPull:
+    """``kv.pushpull(key, values, out=values)`` for one integer key and its arrays (one per
+    device), its C arguments built once (see :class:`Copy`)."""
+
+    __slots__ = ("kv", "values", "_keys", "_handles", "_count")
+
+    def __init__(self, kv, key: int, values):
+        self.kv, self.values = kv, list(values)
+        self._count = mx.base.mx_uint(len(self.values))
+        self._keys = mx.base.c_array_buf(ctypes.c_int, array("i", [key] * len(self.values)))
+        self._handles = mx.base.c_handle_array(self.values)
+
+    def __call__(self, priority: int) -> None:
+        _check_call(_LIB.MXKVStorePushPull(self.kv.handle, self._count, self._keys, self._count,
+                                           self._keys, self._handles, self._handles,
+                                           ctypes.c_int(priority)))
+
+
+# DataLoader
+
+def loader_parts(loader) -> dict:
+    """What a ``DataLoader`` was made with and keeps private: ``dataset``, ``batch_sampler``,
+    ``batchify_fn``, ``num_workers``."""
+    return {"dataset": loader._dataset, "batch_sampler": loader._batch_sampler,
+            "batchify_fn": loader._batchify_fn, "num_workers": loader._num_workers}
+
+
+def batch_sampler_parts(batch_sampler) -> dict:
+    """What a ``BatchSampler`` was made with: ``sampler``, ``batch_size``, ``last_batch`` (a
+    sampler of another kind has none of them)."""
+    return {"sampler": getattr(batch_sampler, "_sampler", None),
+            "batch_size": getattr(batch_sampler, "_batch_size", None),
+            "last_batch": getattr(batch_sampler, "_last_batch", "keep")}
+
+
+def array_dataset_arrays(dataset) -> list:
+    """The arrays an ``ArrayDataset`` was made of."""
+    return dataset._data
+
+
+def borrow_loader(loader, batch_sampler):
+    """``loader``'s batches drawn by ``batch_sampler`` instead of its own, so that its worker
+    pool (made with the loader; a new ``DataLoader`` would start another) does the work. The
+    loader's own sampler is back as soon as the pass has started (MXNet reads it once, when the
+    pass begins)."""
+    own = loader._batch_sampler
+    loader._batch_sampler = batch_sampler
+    try:
+        batches = iter(loader)
+        first = next(batches, None)
+    finally:
+        loader._batch_sampler = own
+    if first is not None:
+        yield first
+        yield from batches

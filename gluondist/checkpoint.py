@@ -33,7 +33,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from . import _mx
 from ._mx import mx
+from .kv.updates import updates_of
 from .devices import assign
 from .kv.sampling import SEEDS
 from .snapshot import (CALLBACKS, PARAMS, RUN, STATE, STATES, Snapshot, first_of_run, fsync,
@@ -125,7 +127,7 @@ class Checkpoint:
 
 def signature(net) -> List[list]:
     """Parameter names and shapes: what a checkpoint must match to be this model's."""
-    return sorted([name, list(p.shape)] for name, p in net._collect_params_with_prefix().items())
+    return sorted([name, list(p.shape)] for name, p in _mx.named_parameters(net).items())
 
 
 def rng_states() -> dict:
@@ -219,38 +221,23 @@ def restore_net(ckpt: Checkpoint, net) -> None:
             f"{', '.join(f'{n} {theirs.get(n)} there, {mine.get(n)} here' for n in odd[:3])}"
             f"{', ...' if len(odd) > 3 else ''}); restore it into the model that wrote it, or "
             "give this one a directory of its own")
-    for name, param in net._collect_params_with_prefix().items():
+    for name, param in _mx.named_parameters(net).items():
         assign(param, ckpt.params[name])
 
 
 def restore_trainer(ckpt: Checkpoint, trainer) -> None:
-    """Give ``trainer`` the checkpoint's optimizer state (update counts and state arrays)."""
-    meta = ckpt.optimizer
-    if meta is None:
+    """Give ``trainer`` (make_trainer's, or any ``gluon.Trainer``) the checkpoint's optimizer state (update counts and
+    state arrays); every device's copy gets the same, also when this run has more devices than
+    the one that wrote the checkpoint."""
+    meta, updates = ckpt.optimizer, updates_of(trainer)
+    if meta is None or updates is None:
         return
-    arrays = ckpt.arrays
-    opt = trainer._optimizer
-    if meta["type"] != type(opt).__name__:
+    kind = type(trainer.optimizer).__name__
+    if meta["type"] != kind:
         raise ValueError(f"the checkpoint in {ckpt.path.parent} holds the state of a "
-                         f"{meta['type']} optimizer, not {type(opt).__name__}; train with the "
+                         f"{meta['type']} optimizer, not {kind}; train with the "
                          "same optimizer, or pass resume=False to start a fresh run")
-    opt.num_update = meta["num_update"]
-    counts = {int(i): c for i, c in meta["update_counts"].items()}
-    # Every device's copy is updated alike (sync modes): each gets the same counts, also when
-    # this run has more devices than the one that wrote the checkpoint.
-    opt._all_index_update_counts = {c.device_id: dict(counts) for c in trainer._contexts}
-    opt._index_update_count = opt._all_index_update_counts[trainer._contexts[0].device_id]
-    for updater in trainer._updaters:
-        updater.states = {int(i): _unflatten(tree, arrays) for i, tree in meta["states"].items()}
-        updater.states_synced = dict.fromkeys(updater.states, False)  # moved to each device
-
-
-def _unflatten(tree, arrays):
-    if tree is None:
-        return None
-    if isinstance(tree, dict):
-        return arrays[tree["array"]].copy()
-    return tuple(_unflatten(t, arrays) for t in tree)
+    updates.load(meta, ckpt.arrays)
 
 
 def _read(path: Path) -> Checkpoint:

@@ -21,7 +21,9 @@ from typing import List, Optional, Sequence, Union
 
 import numpy as np
 
-from ._mx import default_layout, mx
+from . import _mx
+from .trees import tree_map
+from ._mx import mx
 
 Contexts = Union[None, int, str, "mx.Context", Sequence[Union[int, "mx.Context"]]]
 
@@ -104,8 +106,7 @@ def settle(params) -> None:
         params = params.collect_params()
     if hasattr(params, "values"):
         params = params.values()
-    default_layout([a for p in params if not p._deferred_init and p._data is not None
-                    for a in p.list_data()])
+    _mx.default_layout([a for p in params if _mx.initialised(p) for a in p.list_data()])
 
 
 def is_initialized(net) -> bool:
@@ -186,11 +187,7 @@ def forward_backward(net, loss_fn, data_parts, label_parts, ctxs: Sequence["mx.C
 
 def _first(part, ctx):
     """The first sample of a (nested tuple of) NDArray part, on ``ctx``."""
-    if part is None:
-        return None
-    if isinstance(part, (tuple, list)):
-        return type(part)(_first(p, ctx) for p in part)
-    return part[:1].as_in_context(ctx)
+    return tree_map(lambda array, _: array[:1].as_in_context(ctx), part)
 
 
 def clip_global_norm(trainer, ctxs: Sequence["mx.Context"], max_norm: float) -> float:
@@ -205,7 +202,7 @@ def clip_global_norm(trainer, ctxs: Sequence["mx.Context"], max_norm: float) -> 
     norm = 0.0
     # one copy of the gradients per context; a pipeline's parameters (each on one context of
     # its stage) are one copy spread across contexts
-    params = [p for p in trainer._params if p.grad_req != "null"]
+    params = [p for p in _mx.trainer_params(trainer) if p.grad_req != "null"]
     for grads in zip(*[p.list_grad() for p in params]):
         norm = mx.gluon.utils.clip_global_norm(list(grads), max_norm, check_isfinite=False)
     return float(norm.asscalar())
@@ -215,7 +212,7 @@ def clip_local_norm(trainer, ctxs: Sequence["mx.Context"], max_norm: float) -> f
     """Scale this process's gradients so the 2-norm of their sum over ``ctxs`` (this worker's
     own gradient, before any kvstore sums it) is at most ``max_norm``; returns that norm before
     clipping. What ``dist_async`` clips: each worker's gradient before it is pushed."""
-    params = [p for p in trainer._params if p.grad_req != "null"]
+    params = [p for p in _mx.trainer_params(trainer) if p.grad_req != "null"]
     sums = [mx.nd.add_n(*[p.grad(c).as_in_context(ctxs[0]) for c in ctxs]) for p in params]
     norm = float(mx.nd.sqrt(mx.nd.add_n(*[(g * g).sum() for g in sums])).asscalar())
     if norm > max_norm:

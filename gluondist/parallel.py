@@ -23,7 +23,7 @@ from ._mx import mx
 from .devices import (Contexts, assign, clip_global_norm, clip_local_norm,  # noqa: F401
                       contexts, forward_backward, initialize, is_initialized, settle, split)
 from .kv.trainer import make_trainer
-from .pipeline import Pipeline, StageTrainer, check_micro_batches  # noqa: F401
+from .pipeline import Pipeline, check_micro_batches  # noqa: F401
 
 
 class ParallelMode:
@@ -87,8 +87,7 @@ class DataParallel(ParallelMode):
 
 class PipelineParallel(ParallelMode):
     """``parallel='pipeline'``: the net's stages on the devices (:class:`Pipeline`), each batch
-    in ``micro_batches`` parts loaded on the last stage, one :class:`StageTrainer` over every
-    stage."""
+    in ``micro_batches`` parts loaded on the last stage, one trainer over every stage."""
 
     name = "pipeline"
     description = "the net split into stages, one per device"

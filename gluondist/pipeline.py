@@ -7,12 +7,12 @@ What MXNet Gluon lacks, and what is done here instead:
 
 * A hybridized block takes inputs on one context only, and ``ctx_group`` does not reach Gluon:
   the net's children are called stage by stage, each stage's input copied to its device.
-* ``gluon.Trainer`` requires every parameter on the same contexts: :class:`StageTrainer` takes
-  parameters that each live on one context, updating each device's group with one updater, so
-  optimizer states keep the indices (and the checkpoint layout) of a one-device trainer.
-* Two Trainers on one distributed kvstore collide (Trainer keys by parameter index): one
-  trainer spans every stage, made by :func:`gluondist.kvstore.make_trainer` given the pipeline
-  (``make_trainer(pipe, ...)``), whose keys come from the job's allocator.
+* ``gluon.Trainer`` requires every parameter on the same contexts: the trainer
+  :func:`gluondist.kvstore.make_trainer` makes of a pipeline (``make_trainer(pipe, ...)``)
+  takes parameters that each live on one context, updating each device's group with one
+  updater, so optimizer states keep the indices (and the checkpoint layout) of a one-device
+  trainer (gluondist.kv.updates). One trainer spans every stage, its keys from the job's
+  allocator.
 """
 from __future__ import annotations
 
@@ -21,13 +21,15 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from . import devices
+from . import _mx
 from ._mx import mx
+from .trees import tree_map
 
 
 def _batch_norms(block) -> List[str]:
     """The names of the BatchNorm blocks in ``block``, itself included."""
     found = [block.name] if isinstance(block, mx.gluon.nn.BatchNorm) else []
-    for child in block._children.values():
+    for child in _mx.children(block):
         found += _batch_norms(child)
     return found
 
@@ -91,65 +93,8 @@ def balanced_bounds(sizes: Sequence[int], stages: int) -> List[int]:
     return cuts
 
 
-def _move(x, ctx):
-    if isinstance(x, (tuple, list)):
-        return type(x)(_move(v, ctx) for v in x)
-    return x.as_in_context(ctx)
-
-
 def _size(block) -> int:
     return sum(int(np.prod(p.shape)) for p in block.collect_params().values())
-
-
-class StageTrainer(mx.gluon.Trainer):
-    """A ``gluon.Trainer`` over parameters that each live on one context (different ones).
-
-    Updates go to one updater, one call per context (an aggregated update runs on one device),
-    and the optimizer's per-device update counts are one table, so optimizer states and counts
-    are kept by parameter index exactly as a one-device trainer keeps them: a checkpoint moves
-    between the layouts."""
-
-    def _check_contexts(self):
-        several = [p.name for p in self._params if len(p.list_ctx()) != 1]
-        if several:
-            raise ValueError(f"parameters {', '.join(several[:3])} live on several contexts; "
-                             "a StageTrainer takes parameters on one context each")
-        return self._params[0].list_ctx()[:1] if self._params else [mx.cpu()]
-
-    def _init_kvstore(self):
-        # Trainer reads every parameter on its first context: None reads each one's own
-        contexts, self._contexts = self._contexts, [None]
-        try:
-            super()._init_kvstore()
-        finally:
-            self._contexts = contexts
-        if self._kvstore is not None and self._update_on_kvstore:
-            raise ValueError("a pipeline updates on the workers: use dist_sync (or no "
-                             "kvstore), not a kvstore that runs the optimizer (dist_async)")
-
-    def _update(self, ignore_stale_grad=False):
-        opt = self._optimizer
-        counts = opt._all_index_update_counts  # one table for every device (see above)
-        shared = counts.setdefault(self._contexts[0].device_id, {})
-        for data in (p.list_data()[0] for p in self._params):
-            counts[data.context.device_id] = shared
-        opt._index_update_count = shared
-        groups: Dict[str, list] = {}
-        for i, param in enumerate(self._params):
-            if param.grad_req == "null":
-                continue
-            data, grad = param.list_data()[0], param.list_grad()[0]
-            if not data._fresh_grad:
-                if ignore_stale_grad:
-                    continue
-                raise UserWarning(f"the gradient of parameter {param.name} was not updated by "
-                                  "backward since the last step; pass ignore_stale_grad=True "
-                                  "to skip it")
-            data._fresh_grad = False
-            groups.setdefault(str(data.context), []).append((i, grad, data))
-        for group in groups.values():
-            index, grads, weights = zip(*group)
-            self._updaters[0](list(index), list(grads), list(weights))
 
 
 class Pipeline:
@@ -173,7 +118,7 @@ class Pipeline:
                              "stage a device of its own")
         check_net(net, len(ctxs))
         self.net, self.contexts = net, ctxs
-        children = list(net._children.values())
+        children = _mx.children(net)
         if stages is not None:
             self.bounds = bounds_at(stages, len(children), len(ctxs))
         else:
@@ -191,13 +136,13 @@ class Pipeline:
         """The net's output for the batch ``x`` (as ``Sequential`` computes it), on the last
         stage's context."""
         for blocks, c in zip(self.stages, self.contexts):
-            x = _move(x, c)  # an explicit copy across the boundary (recorded by autograd)
+            # an explicit copy across the boundary (recorded by autograd)
+            x = tree_map(lambda array, _: array.as_in_context(c), x)
             for block in blocks:
                 x = block(x)
         return x
 
     forward = __call__  # what fit's checks read the inputs' names from
-    trainer_type = StageTrainer  # the trainer a pipeline needs (make_trainer(pipe) makes it)
 
     @property
     def output_context(self) -> "mx.Context":
@@ -233,7 +178,7 @@ def _learn_shapes(net, sample, init) -> None:
         return
     if not devices.is_initialized(net):
         net.initialize(init or mx.init.Xavier(), ctx=mx.cpu())
-    if any(p._deferred_init for p in net.collect_params().values()):
+    if any(_mx.deferred(p) for p in net.collect_params().values()):
         if sample is None:
             raise ValueError("the net's parameter shapes are not known yet, so the stages "
                              "cannot be balanced: pass sample= (an input batch), stages=[...], "

@@ -33,7 +33,7 @@ def measure(sizes, steps: int, chunk_bytes: int, compression: str = "none") -> f
     for _ in range(WARMUP):
         trainer.allreduce_grads()
         mx.nd.waitall()
-    trainer._kvstore._barrier()
+    kvstore.barrier()
     start = time.perf_counter()
     for _ in range(steps):  # one training step's communication: push every key, pull it back
         trainer.allreduce_grads()

@@ -37,8 +37,10 @@ import math
 import zlib
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Type
 
+from ..trees import Kept
+
 if TYPE_CHECKING:
-    from .calls import Prepared
+    import mxnet
 
 FP16_MAX = 65504.0  # float16's largest finite value
 DEFAULT_THRESHOLD = 0.5  # MXNet's, for "2bit" given without one
@@ -120,13 +122,21 @@ class Compression:
         """Set up the process's distributed kvstore ``kv`` (``kvstore_wide`` formats), before
         the first trainer using it makes its keys."""
 
+    def allreduce(self, values, rank: int, workers: int, sum_float32, limit: int):
+        """(``kvstore_wide`` formats) the exact sum of float64 ``values`` over the workers,
+        through ``sum_float32`` (this worker's float32 vector of at most ``limit`` elements in,
+        the workers' sum out), which the format compresses like every push: what
+        gluondist.kvstore.allreduce runs once the format is set."""
+        raise NotImplementedError(f"compression {self.name!r} changes every push of the "
+                                  "kvstore, so it must define allreduce()")
+
     # one trainer's wire
 
     def bind(self, workers: int, count: int) -> "Compression":
         """This format's wire for one trainer of ``count`` MXNet keys in a job of ``workers``."""
         wire = copy.copy(self)
         wire.workers, wire.count = workers, count
-        wire.__dict__.pop("_calls", None)  # a trainer's own
+        wire.__dict__.pop("_kept", None)  # a trainer's own
         return wire
 
     def key(self, key: int) -> int:
@@ -146,25 +156,29 @@ class Compression:
         staging arrays (``staging.take``; in the next slot if ``chunk``)."""
         bufs = staging.take(key, parts, chunk=chunk)
         for part, buf in zip(parts, bufs):
-            self.calls.copy(("in", id(buf)), part, buf)
+            self.copy(("in", id(buf)), part, buf)
         return bufs
 
     def land(self, bufs, out) -> None:
         """The pulled sum in ``bufs`` into ``out`` (one array per device, or one array)."""
         for buf, target in zip(bufs, out if isinstance(out, (list, tuple)) else [out]):
-            self.calls.copy(("out", id(buf)), buf, target)
+            self.copy(("out", id(buf)), buf, target)
 
-    @property
-    def calls(self) -> "Prepared":
-        """This wire's copies, prepared once per staging array (see gluondist.kv.calls)."""
-        calls = self.__dict__.get("_calls")
-        if calls is None:
-            from .calls import Prepared  # loads MXNet: here, as the launcher imports this module
-            calls = self.__dict__["_calls"] = Prepared()
-        return calls
+    def copy(self, name, src: "mxnet.nd.NDArray", dst: "mxnet.nd.NDArray") -> None:
+        """``src.copyto(dst)``, its C call prepared once under ``name`` (see gluondist._mx.Copy),
+        kept by this trainer's wire."""
+        kept = self.__dict__.get("_kept")
+        if kept is None:
+            kept = self.__dict__["_kept"] = Kept()
+        kept.get(name, (src, dst), lambda: _copy(src, dst))()
 
     def check(self) -> None:
         """After a step's pulls (the trainer's check_compression)."""
+
+
+def _copy(src, dst):
+    from .._mx import Copy  # loads MXNet: here, as the launcher imports this module
+    return Copy(src, dst)
 
 
 FLOAT32 = Compression()  # the wire of compression=None
@@ -382,10 +396,16 @@ class TwoBit(Compression):
             raise ValueError(f"{name}: 2bit's threshold must be a positive number, not {t!r}")
         return cls(float(t))
 
-    @property
-    def bit_value(self) -> float:
-        """A float32 value the wire sends exactly (with 0): allreduce's bits under it."""
-        return self.threshold
+    def allreduce(self, values, rank: int, workers: int, sum_float32, limit: int):
+        """The exact sum of float64 ``values`` over the workers through a kvstore that sends
+        every push in 2 bits: each worker's bits (:func:`encode_bits`; the threshold and 0 travel
+        exactly), summed by ``sum_float32`` (this worker's float32 vector in, the workers' sum
+        out, at most ``limit`` elements), then added up by each worker itself, in rank order."""
+        if 64 * workers * len(values) > limit:
+            raise ValueError(f"allreduce of {len(values)} values under 2bit compression: at "
+                             f"most {limit // (64 * workers)} fit its keys")
+        summed = sum_float32(encode_bits(values, rank, workers, self.threshold))
+        return decode_bits(summed, len(values), workers, self.threshold)
 
     def mxnet_params(self) -> dict:
         """What ``kv.set_gradient_compression`` takes."""

@@ -15,6 +15,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from .. import envvars
+from .. import _mx
 from .._mx import mx
 from . import compression as cmp
 from .chunks import MAX_KEY, SERVER_HASH
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 REDUCE_BASE = 1 << 30
 REDUCE_CHUNK = 1 << 15
 REDUCE_SAFE = REDUCE_BASE // SERVER_HASH  # the largest safe m
-# Under 2-bit compression allreduce sends float32 bits (compression.encode_bits) on the top
+# Under 2-bit compression allreduce sends float32 bits (TwoBit.allreduce) on the top
 # BIT_KEYS keys of that range, REDUCE_BASE + REDUCE_SAFE - j, REDUCE_CHUNK values each.
 BIT_KEYS = 1024
 MAX_REDUCE = (REDUCE_SAFE - REDUCE_CHUNK - BIT_KEYS) * REDUCE_CHUNK  # the longest vector
@@ -143,15 +144,16 @@ class Node:
 
     def barrier(self) -> None:
         if self.kv is not None:
-            self.kv._barrier()
+            _mx.barrier(self.kv)
 
     def allreduce(self, values: Sequence[float]) -> np.ndarray:
         values = np.asarray(values, dtype=np.float64).ravel()
         if self.kv is None:
             return values
         n = len(values)
-        if self.compression is not None:
-            return self._allreduce_bits(values)
+        if self.compression is not None:  # kvstore-wide (2bit): every push goes through it
+            return self.compression.allreduce(values, self.rank(), self.num_workers(),
+                                              self._sum_float32, BIT_KEYS * REDUCE_CHUNK)
         keys = reduce_keys(n)
         if n <= REDUCE_CHUNK:
             return self._pushpull(keys, [values])[0]
@@ -170,16 +172,11 @@ class Node:
         self.kv.pushpull(keys, arrays, out=outs)
         return [o.asnumpy() for o in outs]
 
-    def _allreduce_bits(self, values: np.ndarray) -> np.ndarray:
-        """allreduce under 2-bit: every worker's bits, which 2-bit sends exactly (as its
-        ``bit_value`` or 0), summed by the servers; each worker adds the values up itself, in
-        rank order."""
-        t, workers = self.compression.bit_value, self.num_workers()
-        flat = cmp.encode_bits(values, self.rank(), workers, t)
+    def _sum_float32(self, flat: np.ndarray) -> np.ndarray:
+        """The workers' sum of float32 ``flat`` (the kvstore-wide compression's allreduce), on
+        the top keys of allreduce's range (BIT_KEYS), pushed then pulled (2-bit refuses
+        pushpull)."""
         count = -(-flat.size // REDUCE_CHUNK)
-        if count > BIT_KEYS:
-            raise ValueError(f"allreduce of {len(values)} values under 2bit compression: at "
-                             f"most {BIT_KEYS * REDUCE_CHUNK // (64 * workers)} fit its keys")
         padded = np.zeros(count * REDUCE_CHUNK, dtype=np.float32)
         padded[:flat.size] = flat
         keys = [REDUCE_BASE + REDUCE_SAFE - j for j in range(count)]
@@ -188,10 +185,9 @@ class Node:
         if new:
             self.kv.init([k for k, _ in new], [mx.nd.zeros_like(a) for _, a in new])
             self.reduce_keys.update(k for k, _ in new)
-        self.kv.push(keys, arrays)  # 2-bit refuses pushpull
+        self.kv.push(keys, arrays)
         self.kv.pull(keys, out=arrays)
-        summed = np.concatenate([a.asnumpy() for a in arrays])
-        return cmp.decode_bits(summed, len(values), workers, t)
+        return np.concatenate([a.asnumpy() for a in arrays])
 
     def allgather(self, values: Sequence[float]) -> np.ndarray:
         values = np.asarray(values, dtype=np.float64)

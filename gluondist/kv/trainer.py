@@ -1,109 +1,168 @@
-"""The trainer of the parameter-server mode: a ``gluon.Trainer`` whose kvstore semantics are
-right (:func:`make_trainer`), big gradients cut into chunks that pipeline, and the optimizer
-step of one batch for each mode (:class:`TrainStep`). See :mod:`gluondist.kvstore` for what the
-copied recipes get wrong."""
+"""The trainer of every mode (:func:`make_trainer`): a ``gluon.Trainer`` whose step is one
+:class:`~gluondist.kv.exchange.Exchange`, with kvstore semantics that are right, big gradients
+cut into chunks that pipeline, and the optimizer step of one batch for each mode
+(:class:`TrainStep`). See :mod:`gluondist.kvstore` for what the copied recipes get wrong."""
 from __future__ import annotations
 
+import json
 import os
-from collections import deque
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
-from .. import devices, envvars as ev
+from .. import _mx, devices, envvars as ev
 from .._mx import mx
 from . import compression as cmp
-from .calls import Prepared
 from .chunks import (chunk_bounds, chunk_bytes_from_env, chunk_updates_from_env,
                      chunks_in_flight_from_env)
+from .exchange import Exchange
 from .kinds import Mode
 from .node import NODE
 from .safepickle import check_sendable
 from .staging import Staging
-from .updates import ChunkUpdates
-
+from .updates import Updates
+from ..pipeline import Pipeline
 
 def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
                  num_contexts: int = 1, batch_size: Optional[int] = None,
-                 chunk_bytes: Optional[int] = None, trainer_type=None, compression=None):
-    """A ``gluon.Trainer`` whose kvstore semantics are right, ready for the first step.
+                 chunk_bytes: Optional[int] = None, compression=None) -> "Trainer":
+    """A :class:`Trainer` (a ``gluon.Trainer``) whose kvstore semantics are right, ready for the
+    first step.
 
-    ``kvstore`` is a kind (see :func:`create`) or a KVStore. Sync modes update on the workers
-    (``update_on_kvstore=False``); ``dist_async`` on the servers. With a distributed kvstore the
-    parameters must already be initialised with known shapes (run one forward pass first): they
-    are broadcast from worker 0 and every worker waits at a barrier before this returns, so the
-    first pull cannot race a gradient push. Call ``step()`` with the *global* batch size.
+    ``kvstore`` is a kind (see :func:`create`) or a KVStore. Sync modes update on the workers;
+    ``dist_async`` on the servers. With a distributed kvstore the parameters must already be
+    initialised with known shapes (run one forward pass first): they are broadcast from worker
+    0 and every worker waits at a barrier before this returns, so the first pull cannot race a
+    gradient push. Call ``step()`` with the *global* batch size.
 
     ``dist_async`` applies each worker's gradient alone, with a scale fixed when the optimizer
     is sent to the servers (here): give ``batch_size``, the local size every ``step()`` uses.
 
-    Any number of trainers may be made in one process, one after another (a second ``fit``, a
-    new model): each gets kvstore keys after the previous one's, so a distributed kvstore (which
-    MXNet keeps for the life of the process) never sees a key registered twice. Every worker
-    must make the same sequence of trainers; in ``dist_sync`` this is checked.
+    Any number of trainers may be made in one process, one after another: each gets kvstore
+    keys of its own. Every worker must make the same sequence of trainers (checked in
+    ``dist_sync``).
 
-    In sync modes each gradient of more than ``chunk_bytes`` (default :data:`CHUNK_BYTES`, or
-    ``GLUONDIST_CHUNK_BYTES``; 0 sends every one whole) is pushed and pulled in chunks of
-    about that size, on keys of their own, so the pull of one chunk overlaps the push of the
-    next: one big array then takes about as long as the same bytes in many small ones. At most
-    :data:`CHUNKS_IN_FLIGHT` chunks per server (or ``GLUONDIST_CHUNKS_IN_FLIGHT``) are pushed
-    and not yet pulled back. The result is bit-equal to sending each gradient whole.
-    :class:`TrainStep` updates each chunk as its sum comes back (see
-    :mod:`gluondist.kv.updates`; ``GLUONDIST_CHUNK_UPDATES=0``: after the last pull).
+    In a dist_sync job each gradient of more than ``chunk_bytes`` (default
+    :data:`CHUNK_BYTES`, or ``GLUONDIST_CHUNK_BYTES``; 0: whole) travels in chunks of about that
+    size, on keys of their own, at most :data:`CHUNKS_IN_FLIGHT` per server in flight, each
+    updated as its sum comes back (:mod:`gluondist.kv.exchange`): bit-equal to sending it
+    whole.
 
     ``params``: a ParameterDict, a list of Parameters, or a
-    :class:`~gluondist.pipeline.Pipeline` (whose ``trainer_type``, a
-    :class:`~gluondist.pipeline.StageTrainer`, then spans every stage). ``trainer_type``: a
-    subclass of ``gluon.Trainer`` to make; default the pipeline's, else ``gluon.Trainer``.
+    :class:`~gluondist.pipeline.Pipeline` (whose parameters each live on their stage's device).
 
     ``compression`` (dist_sync): None, a registered wire format's name (``"fp16"``, ``"2bit"``)
     or its dict form (``{"type": "2bit", "threshold": t}``; see
     :mod:`gluondist.kv.compression`); chunks are compressed alone."""
     compression = cmp.parse(compression)
-    params, trainer_type = _parameters(params, trainer_type)
+    params, stages = _parameters(params)
     chunk_bytes, in_flight = _chunking(chunk_bytes)
     kv = NODE.create(kvstore, num_contexts) if isinstance(kvstore, str) or kvstore is None \
         else kvstore
     mode = Mode.of(kv)
-    dist = mode is not None and mode.distributed
     cmp.check_mode(compression, mode)
-    update_on_kvstore = None if kv is None else mode.updates_on_servers
+    if stages and mode is not None and mode.updates_on_servers:
+        raise ValueError("a pipeline updates on the workers: use dist_sync (or no kvstore), "
+                         "not a kvstore that runs the optimizer (dist_async)")
+    _check_optimizer(optimizer, optimizer_params)
     # after the caller's inference passes: the kvstore cannot send a weight they left in
     # oneDNN's layout, and a training forward would reorder it behind the first update
     devices.settle(params)
-    if dist:
-        kv = _keyed(kv, params, update_on_kvstore, chunk_bytes, in_flight, compression)
-    if isinstance(optimizer, mx.optimizer.Optimizer) and optimizer_params:
-        raise ValueError("give optimizer_params only with an optimizer name: an "
-                         "mx.optimizer.Optimizer instance carries its own settings")
-    trainer = (trainer_type or mx.gluon.Trainer)(params, optimizer, optimizer_params, kvstore=kv,
-                               update_on_kvstore=update_on_kvstore)
-    if dist:
-        _join(trainer, kv, update_on_kvstore, batch_size)
+    trainer = Trainer(params, optimizer, optimizer_params, stages)
+    updates = trainer.exchange.updates
+    if mode is not None and mode.distributed:
+        trainer.exchange = _distributed(
+            kv, params, updates, mode.updates_on_servers, chunk_bytes, in_flight, compression,
+            None if batch_size is None else _mx.grad_scale(trainer) / batch_size)
     elif kv is not None:
-        _init_devices(trainer)
+        _check_sendable(params, dense_only=True)
+        trainer.exchange = Exchange(params, updates, kv)
+        # device 0's values on every device now, not in the first step: MXNet would copy
+        # device 0's BatchNorm statistics over the others after that batch's forward, so a run
+        # resumed mid-epoch would differ from one that was not (the copy falls on another batch)
+        if not any(_mx.deferred(p) for p in params):
+            trainer.exchange.join()
     return trainer
 
 
-def _init_devices(trainer) -> None:
-    """A trainer over this process's devices: device 0's values on every device now, not in
-    the first step. MXNet would do this inside the first step, after that batch's forward:
-    copying device 0's BatchNorm statistics over the others then, so a run resumed mid-epoch
-    would differ from one that was not (the copy falls on another batch)."""
-    if not any(p._deferred_init for p in trainer._params):
-        trainer._init_kvstore()
-        trainer._init_params()
+class Trainer(_mx.Trainer):
+    """What :func:`make_trainer` returns: a ``gluon.Trainer`` whose ``step``,
+    ``allreduce_grads`` and ``update`` go through its :attr:`exchange`, and whose
+    ``save_states`` and ``load_states`` write and read the optimizer's state (its arrays, update
+    counts and type) without pickles. The optimizer's settings (learning rate and the like)
+    stay the trainer's own: they are not in the file."""
+
+    def __init__(self, params, optimizer, optimizer_params=None, stages: bool = False):
+        super().__init__(params, optimizer, optimizer_params, kvstore=None)
+        self.exchange = Exchange(params, Updates(params, self.optimizer, stages))
+
+    def step(self, batch_size, ignore_stale_grad=False):
+        self._check_amp()
+        exchange = self.exchange
+        exchange.rescale(_mx.grad_scale(self) / batch_size)
+        exchange.reduce(early=not ignore_stale_grad)
+        exchange.update(ignore_stale_grad)
+
+    def allreduce_grads(self):
+        self._check_sync("allreduce_grads")
+        self.exchange.reduce()
+
+    def update(self, batch_size, ignore_stale_grad=False):
+        self._check_sync("update")
+        self._check_amp()
+        self.exchange.rescale(_mx.grad_scale(self) / batch_size)
+        self.exchange.update(ignore_stale_grad)
+
+    def save_states(self, fname):
+        if self.exchange.servers_update:
+            raise ValueError("under dist_async the servers hold the optimizer's state: a "
+                             "worker has none to save (fit's checkpoints keep the parameters)")
+        arrays: dict = {}
+        meta = self.exchange.updates.dump(arrays, lambda _, array: array.copyto(mx.cpu()))
+        arrays[STATES_META] = mx.nd.array(np.frombuffer(json.dumps(meta).encode(), np.uint8),
+                                          dtype="uint8")
+        mx.nd.save(fname, arrays)
+
+    def load_states(self, fname):
+        arrays = mx.nd.load(fname)
+        if not isinstance(arrays, dict) or STATES_META not in arrays:
+            raise ValueError(f"{fname} holds no trainer states written by save_states")
+        meta = json.loads(arrays.pop(STATES_META).asnumpy().tobytes())
+        if meta["type"] != type(self.optimizer).__name__:
+            raise ValueError(f"{fname} holds the state of a {meta['type']} optimizer, not "
+                             f"{type(self.optimizer).__name__}: load it into a trainer of the "
+                             "same optimizer")
+        self.exchange.updates.load(meta, arrays)
+
+    def _check_sync(self, what: str) -> None:
+        if self.exchange.servers_update:
+            raise ValueError(f"{what}() under dist_async, where the servers update: call "
+                             "step() (or use dist_sync)")
+
+    def _check_amp(self) -> None:
+        if _mx.loss_scaler(self) is not None:
+            raise ValueError("AMP's loss scaling (amp.init_trainer) is not supported by "
+                             "gluondist's trainer: train without it")
 
 
-def _parameters(params, trainer_type) -> Tuple[list, Optional[type]]:
-    """``params`` as a list, and the trainer type (a Pipeline's own, unless given)."""
-    if hasattr(params, "trainer_type"):  # a Pipeline: its parameters, its trainer
-        trainer_type = trainer_type or params.trainer_type
+def _check_optimizer(optimizer, optimizer_params) -> None:
+    if isinstance(optimizer, mx.optimizer.Optimizer) and optimizer_params:
+        raise ValueError("give optimizer_params only with an optimizer name: an "
+                         "mx.optimizer.Optimizer instance carries its own settings")
+
+
+STATES_META = "gluondist.states"  # the JSON part of save_states' file, as uint8
+
+
+def _parameters(params) -> Tuple[list, bool]:
+    """``params`` as a list, and whether each lives on one device of its own (a Pipeline's)."""
+    stages = isinstance(params, Pipeline)
+    if stages:
         params = params.collect_params()
     # A list, in the net's own order: given a dict, Trainer sorts it by the parameters' global
     # names (dense9_ after dense10_), so the indices that optimizer states are kept under
     # would depend on how many layers the process had made before.
-    return (list(params.values()) if hasattr(params, "values") else list(params)), trainer_type
+    return (list(params.values()) if hasattr(params, "values") else list(params)), stages
 
 
 # What MXNet's parameter servers can hold and sum: an array of another dtype aborts the server at
@@ -112,17 +171,19 @@ def _parameters(params, trainer_type) -> Tuple[list, Optional[type]]:
 SUMMABLE = ("float16", "float32", "float64")
 
 
-def _check_sendable(params) -> None:
-    """Refuse, in one line, a parameter that a job's kvstore would fail on."""
+def _check_sendable(params, dense_only: bool = False) -> None:
+    """Refuse, in one line, a parameter that a job's kvstore would fail on (``dense_only``:
+    only a sparse one, for a kvstore of this process's devices)."""
     for p in params:
-        if p._stype != "default" or p._grad_stype != "default":
-            kind = p._grad_stype if p._grad_stype != "default" else p._stype
+        stype, grad_stype = _mx.storage(p)
+        if stype != "default" or grad_stype != "default":
+            kind = grad_stype if grad_stype != "default" else stype
             raise ValueError(
                 f"parameter {p.name} is {kind} (Embedding(..., sparse_grad=True) gives row_sparse "
-                "gradients), which gluondist's jobs cannot exchange yet: make it dense "
-                "(sparse_grad=False)")
+                "gradients), which gluondist's trainers cannot exchange across devices or "
+                "workers yet: make it dense (sparse_grad=False)")
         dtype = np.dtype(p.dtype).name
-        if dtype not in SUMMABLE:
+        if not dense_only and dtype not in SUMMABLE:
             raise ValueError(
                 f"parameter {p.name} is {dtype}, and a job's servers hold only "
                 f"{', '.join(SUMMABLE)} arrays: cast it (net.cast('float32')) or leave it out "
@@ -132,7 +193,7 @@ def _check_sendable(params) -> None:
 def _chunking(chunk_bytes: Optional[int]) -> Tuple[int, int]:
     """``chunk_bytes`` (None: GLUONDIST_CHUNK_BYTES's) and the chunks in flight per server, from
     the environment, whose chunk settings are refused here in one line in any process (with or
-    without a kvstore), GLUONDIST_CHUNK_UPDATES too (TrainStep reads it)."""
+    without a kvstore), GLUONDIST_CHUNK_UPDATES too."""
     if chunk_bytes is None:
         chunk_bytes = chunk_bytes_from_env()
     in_flight = chunks_in_flight_from_env()
@@ -140,224 +201,53 @@ def _chunking(chunk_bytes: Optional[int]) -> Tuple[int, int]:
     return chunk_bytes, in_flight
 
 
-def _keyed(kv, params, update_on_kvstore: bool, chunk_bytes: int, in_flight: int,
-           compression: Optional[cmp.Compression]) -> "_KeyedStore":
-    """The trainer's view of the job's distributed kvstore: keys of its own, in chunks."""
+def _distributed(kv, params, updates: Updates, servers_update: bool, chunk_bytes: int,
+                 in_flight: int, compression: Optional[cmp.Compression],
+                 async_scale: Optional[float]) -> Exchange:
+    """The exchange of a job's trainer, joined: keys of its own, in chunks; worker 0's
+    parameters everywhere, (dist_async) the optimizer on the servers, every worker past a
+    barrier."""
     _check_sendable(params)
     # dist_async's servers run the optimizer, which needs each parameter whole (its state,
     # lr_mult by name, LARS' and LAMB's norms): only updates on the workers are chunked
-    chunks = [parameter_chunks(p, 0 if update_on_kvstore else chunk_bytes) for p in params]
+    chunks = [parameter_chunks(p, 0 if servers_update else chunk_bytes) for p in params]
     count = sum(map(len, chunks))
     wire = (compression or cmp.FLOAT32).bind(kv.num_workers, count)
     wire.check_params(params)
     # key_factor 2 (fp16): the wire's keys after the float32 ones that broadcast the parameters
-    offset = NODE.reserve_keys(kv, count * wire.key_factor, not update_on_kvstore,
+    offset = NODE.reserve_keys(kv, count * wire.key_factor, not servers_update,
                                compression.code if compression is not None else 0.0)
     NODE.compress(kv, compression)  # kvstore-wide (2bit): before this trainer's keys are made
+    pending = [p.name for p in params if _mx.deferred(p)]
+    if pending:
+        raise ValueError(
+            f"parameters {', '.join(pending[:3])} have unknown shapes; run one forward pass "
+            "(or give in_units) before make_trainer so worker 0 can broadcast them")
+    if servers_update:
+        if async_scale is None:
+            raise ValueError("dist_async needs make_trainer(..., batch_size=LOCAL_BATCH): "
+                             "the servers fix the gradient scale when they get the optimizer")
+        updates.optimizer.rescale_grad = async_scale
+        check_sendable(updates.optimizer)  # what the servers will load, refused here first
+        kv.set_optimizer(updates.optimizer)
     # the staging slots: CHUNKS_IN_FLIGHT per server (consecutive chunks go to different
     # servers), as big as the largest chunk of a gradient cut in several
     servers = int(os.environ.get(ev.DMLC_NUM_SERVER, "1"))
     staging = Staging(in_flight * servers,
                       max((b - a for c in chunks if len(c) > 1 for a, b in c), default=0))
-    return _KeyedStore(kv, offset, chunks, staging, wire)
-
-
-def _join(trainer, kv, update_on_kvstore: bool, batch_size: Optional[int]) -> None:
-    """A distributed trainer's first pull, before any step: worker 0's parameters everywhere,
-    (dist_async) the optimizer on the servers, every worker past a barrier."""
-    pending = [p.name for p in trainer._params if p._deferred_init]
-    if pending:
-        raise ValueError(
-            f"parameters {', '.join(pending[:3])} have unknown shapes; run one forward pass "
-            "(or give in_units) before make_trainer so worker 0 can broadcast them")
-    if update_on_kvstore:
-        if batch_size is None:
-            raise ValueError("dist_async needs make_trainer(..., batch_size=LOCAL_BATCH): "
-                             "the servers fix the gradient scale when they get the optimizer")
-        trainer._optimizer.rescale_grad = trainer._scale / batch_size
-        check_sendable(trainer._optimizer)  # what the servers will load, refused here first
-    # Trainer would do this lazily inside the first step(), after the forward pass; doing
-    # it now and waiting closes the init-pull / gradient-push race (see make_trainer).
-    trainer._init_kvstore()
-    trainer._init_params()
-    if kv.wire.key_factor > 1:
-        kv.wire.start(kv._kv, kv.wire_keys(), [b - a for c in kv._chunks for a, b in c])
-    mx.nd.waitall()
-    kv._barrier()
+    exchange = Exchange(params, updates, kv, servers_update, offset, chunks, staging, wire)
+    if chunk_updates_from_env():
+        exchange.plan()
+    exchange.join()
+    return exchange
 
 
 def parameter_chunks(param, chunk_bytes: int) -> List[Tuple[int, int]]:
     """A parameter's chunks (see chunk_bounds); sparse ones travel whole."""
     size = int(np.prod(param.shape))
-    if param._stype != "default" or param._grad_stype != "default":
+    if _mx.storage(param) != ("default", "default"):
         return [(0, size)]
     return chunk_bounds(size, np.dtype(param.dtype).itemsize, chunk_bytes)
-
-
-class _KeyedStore(mx.kv.KVStoreBase):
-    """The process's distributed kvstore as one trainer sees it.
-
-    ``gluon.Trainer`` always numbers its parameters from 0, and a second trainer on MXNet's one
-    distributed kvstore would register those keys again and hang in the init broadcast: the
-    keys of this trainer start at ``offset``. A parameter with several ``chunks`` (element
-    ranges) gets one key per chunk, and its arrays travel as views of those ranges."""
-
-    def __init__(self, kv, offset: int, chunks: Sequence[Sequence[Tuple[int, int]]],
-                 staging: Optional["Staging"] = None, wire: Optional[cmp.Compression] = None):
-        self._kv, self._chunks = kv, [list(c) for c in chunks]
-        self._count = sum(len(c) for c in chunks)
-        self.wire = wire or cmp.FLOAT32.bind(kv.num_workers, self._count)  # how keys travel
-        self._first = list(offset + np.cumsum([0] + [len(c) for c in chunks[:-1]]))
-        self.staging = staging or Staging(0, 0)
-        # the step's pushpulls, prepared (see _pushpull) on MXNet's own kvstores
-        self._calls = Prepared() if isinstance(kv, mx.kv.KVStore) else None
-        # MXNet keys of the chunks of a gradient cut in several (see pushpull)
-        self._staged = {int(f) + j for f, c in zip(self._first, self._chunks) if len(c) > 1
-                        for j in range(len(c))}
-        self._cuts: dict = {}  # trainer key -> (the arrays last cut, their chunks' views)
-        # called with each chunk's MXNet key once its sum is copied into the gradient (see
-        # gluondist.kv.updates), or None
-        self.landed = None
-
-    def _split(self, key, value=None):
-        """MXNet's keys and values for trainer key(s) ``key`` and their value(s): a chunked
-        key becomes its chunks' keys and views (a list of arrays, one per device, becomes a
-        list of views per chunk)."""
-        many = isinstance(key, (list, tuple))
-        keys, values = (key, value) if many else ([key], [value])
-        if value is None:
-            values = [None] * len(keys)
-        out_keys, out_values = [], []
-        for k, v in zip(keys, values):
-            bounds, first = self._chunks[k], int(self._first[k])
-            if len(bounds) == 1:
-                out_keys.append(first)
-                out_values.append(v)
-                continue
-            out_keys += range(first, first + len(bounds))
-            out_values += [None] * len(bounds) if v is None else self._cut(k, v, bounds)
-        if not many and len(out_keys) == 1:
-            return out_keys[0], out_values[0]
-        return out_keys, (None if value is None else out_values)
-
-    def _cut(self, key: int, value, bounds) -> list:
-        """The chunks' views of ``value`` (an array, or a list of one per device), kept for
-        the arrays last cut under ``key``: Trainer passes the same gradients every step, and
-        slicing costs more than the copy."""
-        arrays = list(value) if isinstance(value, (list, tuple)) else [value]
-        kept = self._cuts.get(key)
-        if kept is None or len(kept[0]) != len(arrays) or \
-                any(a is not b for a, b in zip(kept[0], arrays)):
-            flat = [a.reshape((-1,)) for a in arrays]
-            views = [[f[a:b] for f in flat] for a, b in bounds]
-            kept = self._cuts[key] = (arrays, [v if isinstance(value, (list, tuple)) else v[0]
-                                               for v in views])
-        return kept[1]
-
-    def init(self, key, value):
-        return self._kv.init(*self._split(key, value))
-
-    def broadcast(self, key, value, out, priority=0):
-        keys, values = self._split(key, value)
-        return self._kv.broadcast(keys, values, self._split(key, out)[1], priority=priority)
-
-    def push(self, key, value, priority=0):
-        return self._kv.push(*self._split(key, value), priority=priority)
-
-    def pull(self, key, out=None, priority=0, ignore_sparse=True):
-        keys, outs = self._split(key, out)
-        return self._kv.pull(keys, out=outs, priority=priority, ignore_sparse=ignore_sparse)
-
-    def pushpull(self, key, value, out=None, priority=0):
-        """What ``Trainer`` calls every step: chunks travel through staging arrays (see
-        Staging; a memory copy each way), a gradient sent whole as it is unless the wire
-        stages every one (fp16: cast into an array of its own)."""
-        keys, values = self._split(key, value)
-        outs = values if out is None else self._split(key, out)[1]
-        many = isinstance(keys, list)
-        keys, values, outs = (keys, values, outs) if many else ([keys], [values], [outs])
-        wire = self.wire
-        wire.begin(keys)
-        # Issued in this order (every call returns at once; MXNet's engine runs each operation
-        # after the earlier ones on its arrays): chunk i + slots is staged after chunk i was
-        # landed, and so waits for its slot; chunk i + 1 before, as landing in the gradient
-        # makes every later use of it wait.
-        waiting: deque = deque()
-        for k, v, o in zip(keys, values, outs):
-            parts = list(v) if isinstance(v, (list, tuple)) else [v]
-            chunk = k in self._staged
-            if not chunk and wire.whole_as_is:  # as it is
-                self._pushpull(k, v, o, priority, k)
-                continue
-            if chunk and len(waiting) == self.staging.slots > 0:
-                self._land(*waiting.popleft())
-            bufs = wire.stage(k, parts, self.staging, chunk)
-            staged = bufs if len(bufs) > 1 else bufs[0]
-            self._pushpull(wire.key(k), staged, staged, priority, (k, id(bufs[0])))
-            if chunk:
-                waiting.append((k, bufs, o))
-            else:
-                wire.land(bufs, o)
-        for k, bufs, o in waiting:
-            self._land(k, bufs, o)
-
-    def _land(self, key: int, bufs, out) -> None:
-        """Chunk ``key``'s sum, from its staging arrays ``bufs`` into the gradient ``out``."""
-        self.wire.land(bufs, out)
-        if self.landed is not None:
-            self.landed(key)
-
-    def _pushpull(self, key: int, value, out, priority: int, name) -> None:
-        """One MXNet key's pushpull, prepared once under ``name`` (see
-        gluondist.kv.calls) where it pulls into what it pushes."""
-        if NODE.compression is not None:
-            self._kv.push(key, value, priority=priority)  # 2-bit refuses pushpull
-            return self._kv.pull(key, out=out, priority=priority)
-        if out is value and self._calls is not None:
-            values = value if isinstance(value, (list, tuple)) else [value]
-            return self._calls.pushpull(name, self._kv, key, values, priority)
-        return self._kv.pushpull(key, value, out=out, priority=priority)
-
-    def wire_keys(self) -> List[int]:
-        """The wire's own keys (key_factor 2, fp16's float16 ones), in the order of the
-        chunks."""
-        first = int(self._first[0]) if self._first else 0
-        return [self.wire.key(first + j) for j in range(self._count)]
-
-    def check_compression(self) -> None:
-        """After the step's pushpulls: the wire's check (fp16's overflow)."""
-        self.wire.check()
-
-    def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
-        keys, outs = self._split(key, out)  # sparse parameters are never chunked
-        return self._kv.row_sparse_pull(keys, out=outs, priority=priority, row_ids=row_ids)
-
-    def set_optimizer(self, optimizer):
-        return self._kv.set_optimizer(optimizer)
-
-    def is_capable(self, capability):
-        return self._kv.is_capable(capability)
-
-    def save_optimizer_states(self, fname, dump_optimizer=False):
-        return self._kv.save_optimizer_states(fname, dump_optimizer)
-
-    def load_optimizer_states(self, fname):
-        return self._kv.load_optimizer_states(fname)
-
-    @property
-    def type(self):
-        return self._kv.type
-
-    @property
-    def rank(self):
-        return self._kv.rank
-
-    @property
-    def num_workers(self):
-        return self._kv.num_workers
-
-    def __getattr__(self, name):  # _barrier, set_gradient_compression, _updater, ...
-        return getattr(self._kv, name)
 
 
 class TrainStep:
@@ -382,13 +272,16 @@ class TrainStep:
         # through the kvstore are impossible there, so each worker decides alone.
         self.agree = self.mode is not None and self.mode.needs_agreement
         self.accumulate, self._pending, self._batches = accumulate, 0, 0
-        kv = trainer._kvstore
-        # chunked gradients updated as their sums come back (gluondist.kv.updates)
-        self.chunk_updates = ChunkUpdates.of(trainer, kv, clip) \
-            if isinstance(kv, _KeyedStore) and chunk_updates_from_env() else None
+        self.exchange = getattr(trainer, "exchange", None)
+        if not isinstance(self.exchange, Exchange):
+            raise ValueError(f"TrainStep takes a trainer made by gluondist.kvstore.make_trainer, "
+                             f"not a {type(trainer).__name__}: make it with make_trainer")
+        # chunked gradients updated as their sums come back (gluondist.kv.updates): only
+        # where each chunk's sum is final when it lands, not before a global norm's clipping
+        self.chunk_updates = self.exchange.early and clip is None
         # With accumulation backward adds to the gradients until an update clears them; set
         # either way, so that a net trained before with accumulation writes again.
-        for p in trainer._params:
+        for p in self.exchange.params:
             if p.grad_req != "null":
                 p.grad_req = "add" if accumulate > 1 else "write"
                 p.zero_grad()
@@ -414,7 +307,7 @@ class TrainStep:
         self._update(self._pending, clock)
         self._pending = self._batches = 0
         if self.accumulate > 1:
-            for p in self.trainer._params:
+            for p in self.exchange.params:
                 if p.grad_req != "null":
                     p.zero_grad()
 
@@ -428,25 +321,14 @@ class TrainStep:
             if clock is not None:
                 clock.lap("sync")
             return
-        early = self.chunk_updates if self.chunk_updates is not None and \
-            self.chunk_updates.begin(global_count) else None
-        if early is not None:
-            trainer._kvstore.landed = early.landed
-        try:
-            trainer.allreduce_grads()  # a no-op without a kvstore
-        finally:
-            if early is not None:
-                trainer._kvstore.landed = None
-        if isinstance(trainer._kvstore, _KeyedStore):
-            trainer._kvstore.check_compression()
+        exchange = self.exchange
+        exchange.rescale(_mx.grad_scale(trainer) / global_count)
+        exchange.reduce(early=self.chunk_updates, check=True)  # nothing without a kvstore
         if clock is not None:
             clock.lap("sync")
         if self.clip is not None:
             devices.clip_global_norm(trainer, self.ctxs, self.clip * global_count)  # sums
-        if early is not None:
-            early.finish()
-        else:
-            trainer.update(global_count)
+        exchange.update()
         if clock is not None:
             clock.lap("compute")
 
@@ -454,7 +336,7 @@ class TrainStep:
         """Make every copy of each parameter that gradients do not train (BatchNorm's running
         mean and variance, anything with ``grad_req='null'``) the mean over this process's
         devices and, in ``dist_sync``, over all workers. Every worker must call it together."""
-        fixed = [p for p in self.trainer._params if p.grad_req == "null"]
+        fixed = [p for p in self.exchange.params if p.grad_req == "null"]
         if not fixed:
             return
         means = [mx.nd.add_n(*[d.as_in_context(mx.cpu()) for d in p.list_data()])

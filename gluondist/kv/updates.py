@@ -1,13 +1,16 @@
-"""The optimizer step of a chunked gradient, piece by piece as the sums come back from the
-servers (:class:`ChunkUpdates`), so that the update of one piece runs while the next chunks are
-still on the wire instead of after the last pull."""
+"""The optimizer's update of one trainer's parameters on the workers (:class:`Updates`): whole
+parameters after the step's last pull, and a chunked gradient's pieces as their sums come back
+from the servers, so that the update of one piece runs while the next chunks are still on the
+wire. The one owner of the optimizer's update counts and states."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import _mx
 from .._mx import mx
+from ..trees import Kept, leaves, tree_map
 
 # Bytes of a parameter updated at once, at least: consecutive chunks are updated together once
 # all have landed. Each update is several Python calls (the optimizer's update() and its count,
@@ -25,36 +28,87 @@ UPDATE_BYTES = 1 << 19
 ELEMENTWISE = tuple(getattr(mx.optimizer, name) for name in (
     "SGD", "NAG", "Adam", "RMSProp", "AdaGrad", "AdaDelta", "Signum", "Ftrl", "Adamax", "FTML"))
 
+# A group of chunks updated together: (parameter index, first element, end, its chunks, whether
+# the parameter's last)
+Group = Tuple[int, int, int, int, bool]
 
-class ChunkUpdates:
-    """Updates a chunked parameter piece by piece as the chunks' sums land in the gradient.
 
-    ``trainer.update()`` after the last pull would apply the optimizer to every parameter
-    after the whole step's traffic; here the kvstore calls :meth:`landed` for each chunk it
-    copies back, and once every chunk of a group (consecutive chunks of at least
-    :data:`UPDATE_BYTES`) has landed, the group's update is issued on views of the weight, the
-    gradient and the optimizer's states (MXNet's engine runs it once the copies are done, while
-    later chunks are still travelling). The other parameters are updated as before, after the
-    last pull. Update counts (and so learning-rate schedules and Adam's bias correction)
-    advance once per step, as with one update of the whole array.
+def stale(param, weight) -> UserWarning:
+    """MXNet's own message for a gradient backward did not write since the last step."""
+    return UserWarning(
+        f"Gradient of Parameter `{param.name}` on context {weight.context} has not been updated "
+        "by backward since last `step`. This could mean a bug in your model that made it only "
+        "use a subset of the Parameters (Blocks) for this iteration. If you are intentionally "
+        "only using a subset, call step with ignore_stale_grad=True to suppress this warning "
+        "and skip updating of Parameters with stale gradient")
 
-    Only where the result is the same: a plain ``gluon.Trainer`` updating on the workers, an
-    optimizer of :data:`ELEMENTWISE`, no gradient clipping (which needs every chunk's sum
-    first), no wire format with a check after the pulls (fp16's overflow) and no AMP loss
-    scaler. :meth:`of` returns None otherwise."""
 
-    def __init__(self, trainer, kv, update_bytes: Optional[int] = None):
-        self.trainer = trainer
+class Updates:
+    """The updates of ``params`` by ``optimizer``, through MXNet's public updater
+    (``mx.optimizer.get_updater``): one per copy of the parameters (a device's), or one for all
+    when each parameter lives on one device of its own (``stages``, a pipeline), whose devices
+    then share one table of update counts, so states and counts are kept by parameter index as
+    a one-device trainer keeps them and a checkpoint moves between the layouts.
+
+    Update counts (learning-rate schedules, Adam's bias correction) advance once per step for
+    each parameter, on each copy, however many pieces it is updated in."""
+
+    def __init__(self, params: Sequence, optimizer, stages: bool = False):
+        self.params, self.optimizer, self.stages = list(params), optimizer, stages
+        self._by_copy: Dict[int, "mx.optimizer.Updater"] = {}
+        self._groups: List[Group] = []  # chunk groups updated as they land (see plan)
+        self._group_of: Dict[int, int] = {}  # MXNet key -> its group
+        self._landed: List[int] = []
+        self._done: set = set()  # parameters updated whole as their chunks landed, this step
+        self._views = Kept()
+        if stages:
+            self.restore_counts({}, 0)
+
+    def updater(self, copy: int) -> "mx.optimizer.Updater":
+        made = self._by_copy.get(copy)
+        if made is None:
+            made = self._by_copy[copy] = mx.optimizer.get_updater(self.optimizer)
+        return made
+
+    def update(self, ignore_stale: bool = False, apply: bool = True) -> None:
+        """Update every trained parameter whose gradient backward wrote since its last update
+        (raise MXNet's UserWarning for another unless ``ignore_stale``); with ``apply`` False
+        (the servers update, dist_async) only check and mark them."""
+        todo: Dict[object, list] = {}
+        done, self._done = self._done, set()
+        for i, param in enumerate(self.params):
+            if param.grad_req == "null" or i in done:
+                continue
+            for copy, (weight, grad) in enumerate(zip(param.list_data(), param.list_grad())):
+                if not _mx.fresh(weight):
+                    if ignore_stale:
+                        continue
+                    raise stale(param, weight)
+                _mx.mark_updated(weight)
+                todo.setdefault(str(weight.context) if self.stages else copy, []).append(
+                    (i, grad, weight))
+        if apply:
+            for slot, group in todo.items():
+                index, grads, weights = zip(*group)
+                self.updater(0 if self.stages else slot)(list(index), list(grads), list(weights))
+
+    # pieces of chunked gradients
+
+    def plan(self, first_keys: Sequence[int], chunks: Sequence[Sequence[Tuple[int, int]]],
+             update_bytes: Optional[int] = None) -> bool:
+        """Update each chunked parameter in groups of consecutive chunks (at least
+        ``update_bytes``, default :data:`UPDATE_BYTES`) as they land, where the result is the
+        same as one update after the last pull: an optimizer of :data:`ELEMENTWISE`.
+        ``first_keys[i]``: the MXNet key of parameter i's first chunk. Returns
+        whether any parameter is updated so."""
+        self._groups, self._group_of = [], {}
+        if type(self.optimizer) not in ELEMENTWISE or self.stages:
+            return False
         update_bytes = UPDATE_BYTES if update_bytes is None else update_bytes
-        # consecutive chunks of a parameter, updated together once all have landed: MXNet key
-        # -> its group; a group: (parameter index, first element, end, its chunks, whether
-        # the parameter's last)
-        self._group_of: Dict[int, int] = {}
-        self._groups: List[Tuple[int, int, int, int, bool]] = []
-        for index, (first, bounds) in enumerate(zip(kv._first, kv._chunks)):
+        for index, (first, bounds) in enumerate(zip(first_keys, chunks)):
             if len(bounds) < 2:
                 continue
-            per = max(1, update_bytes // np.dtype(trainer._params[index].dtype).itemsize)
+            per = max(1, update_bytes // np.dtype(self.params[index].dtype).itemsize)
             start = 0
             for j, (a, b) in enumerate(bounds):
                 self._group_of[int(first) + j] = len(self._groups)
@@ -62,46 +116,29 @@ class ChunkUpdates:
                 if last or b - bounds[start][0] >= per:
                     self._groups.append((index, bounds[start][0], b, j + 1 - start, last))
                     start = j + 1
-        self._landed = [0] * len(self._groups)  # chunks of each group landed this step
-        self._views: dict = {}  # (group, device) -> (the arrays sliced, their views)
+        return bool(self._groups)
 
-    @classmethod
-    def of(cls, trainer, kv, clip: Optional[float]) -> Optional["ChunkUpdates"]:
-        """The chunk updates of ``trainer`` through ``kv`` (its kvstore as
-        :class:`~gluondist.kv.trainer.TrainStep` sees it, which calls :meth:`landed`), or None
-        where they would change the result (see the class) or no gradient is chunked."""
-        if trainer._update_on_kvstore or clip is not None or not kv.wire.final_on_landing:
-            return None
-        if type(trainer)._update is not mx.gluon.Trainer._update or \
-                type(trainer._optimizer) not in ELEMENTWISE:
-            return None
-        updates = cls(trainer, kv)
-        return updates if updates._groups else None
+    @property
+    def groups(self) -> List[Group]:
+        return self._groups
 
-    def begin(self, global_count: int) -> bool:
-        """Before the step's pushes: the gradient scale set and every gradient checked fresh,
-        as ``trainer.update`` would; False (update after the pulls) under an AMP loss scaler,
-        which must see every gradient before any update."""
-        trainer = self.trainer
-        if getattr(trainer, "_amp_loss_scaler", None) is not None:
+    def begin(self) -> bool:
+        """Before a step's pushes: every trained gradient checked fresh (MXNet's message
+        otherwise); False where no piece is updated before the last pull."""
+        if not self._groups:
             return False
-        for param in trainer._params:
-            if param.grad_req == "null":
-                continue
-            for data in param.list_data():
-                if not data._fresh_grad:  # Trainer's own message (ignore_stale_grad=False)
-                    raise UserWarning(
-                        f"Gradient of Parameter `{param.name}` on context {data.context} has "
-                        "not been updated by backward since last `step`. This could mean a "
-                        "bug in your model that made it only use a subset of the Parameters "
-                        "(Blocks) for this iteration.")
-        trainer._check_and_rescale_grad(trainer._scale / global_count)
+        for param in self.params:
+            if param.grad_req != "null":
+                for weight in param.list_data():
+                    if not _mx.fresh(weight):
+                        raise stale(param, weight)
         self._landed = [0] * len(self._groups)
         return True
 
     def landed(self, key: int) -> None:
-        """MXNet key ``key``'s sum was copied into the gradient (one copy per device): once
-        every chunk of its group has, issue the group's update on every device."""
+        """MXNet key ``key``'s sum was copied into the gradient: once every chunk of its group
+        has, issue the group's update on every copy (MXNet's engine runs it once the copies are
+        done, while later chunks still travel)."""
         group = self._group_of.get(key)
         if group is None:
             return
@@ -109,68 +146,90 @@ class ChunkUpdates:
         index, a, b, size, last = self._groups[group]
         if self._landed[group] < size:
             return
-        param = self.trainer._params[index]
-        opt = self.trainer._optimizer
-        for device, (updater, weight, grad) in enumerate(
-                zip(self.trainer._updaters, param.list_data(), param.list_grad())):
-            opt._set_current_context(weight.context.device_id)
-            state = _state(updater, index, weight)
-            w, g, s = self._slice(group, device, weight, grad, state, a, b)
-            counts, num = opt._index_update_count, opt.num_update
-            before = counts.get(index)
-            opt.update_multi_precision(index, w, g, s)
-            if last:
-                weight._fresh_grad = False  # so trainer._update skips it
-            else:  # the count advances once per step: with the parameter's last group
-                if before is None:
-                    del counts[index]
-                else:
-                    counts[index] = before
-                opt.num_update = num
+        param, opt = self.params[index], self.optimizer
+        for copy, (weight, grad) in enumerate(zip(param.list_data(), param.list_grad())):
+            _mx.count_for(opt, weight.context.device_id)
+            state = self._state(self.updater(copy), index, weight)
+            arrays = [weight, grad] + leaves(state)
+            w, g, s = self._views.get((group, copy), arrays, lambda: _cut(arrays, state, a, b))
+            if last:  # the count advances once per step: with the parameter's last group
+                opt.update_multi_precision(index, w, g, s)
+                _mx.mark_updated(weight)
+                self._done.add(index)  # so update() skips it
+            else:
+                with _mx.counts_kept(opt, index):
+                    opt.update_multi_precision(index, w, g, s)
 
-    def finish(self) -> None:
-        """After the last pull: the parameters that were not chunked, updated whole."""
-        self.trainer._update(ignore_stale_grad=True)  # chunked ones are no longer fresh
+    @staticmethod
+    def _state(updater, index: int, weight):
+        """The updater's state for ``index``, made for the whole weight if it has none yet (as
+        ``Updater.__call__`` does)."""
+        if index not in updater.states:
+            updater.states[index] = updater.optimizer.create_state_multi_precision(index, weight)
+            updater.states_synced[index] = True
+        elif not updater.states_synced[index]:
+            updater.states[index] = updater.sync_state_context(updater.states[index],
+                                                               weight.context)
+            updater.states_synced[index] = True
+        return updater.states[index]
 
-    def _slice(self, group, device, weight, grad, state, a: int, b: int):
-        """Views of elements ``[a, b)`` of the weight, gradient and states, kept while the
-        arrays are the same ones (Trainer passes the same every step; slicing costs more
-        than the update of a small chunk)."""
-        arrays = [weight, grad] + _leaves(state)
-        kept = self._views.get((group, device))
-        if kept is None or len(kept[0]) != len(arrays) or \
-                any(x is not y for x, y in zip(kept[0], arrays)):
-            cut = iter([x.reshape((-1,))[a:b] for x in arrays])
-            views = (next(cut), next(cut), _rebuild(state, cut))
-            kept = self._views[group, device] = (arrays, views)
-        return kept[1]
+    # what a checkpoint holds
+
+    def dump(self, arrays: dict, copy: Callable) -> dict:
+        """The optimizer's state as JSON: its type, update counts and a tree per state whose
+        leaves are ``{"array": name}``, each array ``copy(name, array)`` put in ``arrays``
+        (every copy's states and counts are equal: the first's)."""
+        def leaf(array, name: str):
+            if not isinstance(array, mx.nd.NDArray):
+                raise ValueError("cannot checkpoint an optimizer state of type "
+                                 f"{type(array).__name__}")
+            arrays[name] = copy(name, array)
+            return {"array": name}
+        states = {str(i): tree_map(lambda a, path: leaf(a, ".".join(map(str, (i, *path)))),
+                                   s, list) for i, s in self.updater(0).states.items()}
+        tables = _mx.count_tables(self.optimizer)
+        first = self.params[0].list_ctx()[0].device_id if self.params else 0
+        return {"type": type(self.optimizer).__name__, "num_update": self.optimizer.num_update,
+                "states": states, "arrays": bool(arrays),
+                "update_counts": {str(i): c for i, c in tables.get(first, {}).items()}}
+
+    def load(self, meta: dict, arrays: dict) -> None:
+        """The state :meth:`dump` wrote, on every copy (moved to each copy's device at its next
+        update)."""
+        self.restore_counts({int(i): c for i, c in meta["update_counts"].items()},
+                            meta["num_update"])
+        states = {int(i): tree_map(lambda leaf, _: arrays[leaf["array"]], tree, tuple)
+                  for i, tree in meta["states"].items()}
+        for copy in range(1 if self.stages else len(self.params[0].list_ctx())):
+            updater = self.updater(copy)
+            updater.states = {i: tree_map(lambda a, _: a.copy(), s) for i, s in states.items()}
+            updater.states_synced = dict.fromkeys(updater.states, False)
+
+    def restore_counts(self, counts: Dict[int, int], num_update: int) -> None:
+        """Every copy's update counts ``counts``; a pipeline's devices share one table."""
+        devices = {c.device_id for p in self.params for c in p.list_ctx()} or {0}
+        shared = dict(counts)
+        _mx.set_count_tables(self.optimizer, {
+            d: shared if self.stages else dict(counts) for d in sorted(devices)})
+        self.optimizer.num_update = num_update
 
 
-def _state(updater, index: int, weight):
-    """The updater's state for ``index``, made for the whole weight if it has none yet (as
-    ``Updater.__call__`` does)."""
-    if index not in updater.states:
-        updater.states[index] = updater.optimizer.create_state_multi_precision(index, weight)
-        updater.states_synced[index] = True
-    elif not updater.states_synced[index]:
-        updater.states[index] = updater.sync_state_context(updater.states[index],
-                                                           weight.context)
-        updater.states_synced[index] = True
-    return updater.states[index]
-
-
-def _leaves(state) -> List:
-    if state is None:
-        return []
-    if isinstance(state, (tuple, list)):
-        return [leaf for part in state for leaf in _leaves(part)]
-    return [state]
-
-
-def _rebuild(state, views):
-    """``state``'s structure with each array replaced by the next of ``views``."""
-    if state is None:
+def updates_of(trainer) -> Optional[Updates]:
+    """The updates of ``trainer``: make_trainer's, or any ``gluon.Trainer``'s (over its own
+    updaters, as a checkpoint of a hand-written loop's trainer needs); None where the servers
+    update (dist_async) and hold the optimizer's state."""
+    exchange = getattr(trainer, "exchange", None)
+    if exchange is not None:
+        return None if exchange.servers_update else exchange.updates
+    if _mx.servers_update(trainer):
         return None
-    if isinstance(state, (tuple, list)):
-        return type(state)(_rebuild(part, views) for part in state)
-    return next(views)
+    updates = Updates(_mx.trainer_params(trainer), trainer.optimizer)
+    updates._by_copy = dict(enumerate(_mx.trainer_updaters(trainer)))
+    return updates
+
+
+def _cut(arrays: list, state, a: int, b: int):
+    """Views of elements ``[a, b)`` of the weight, the gradient and ``state`` (whose leaves are
+    ``arrays[2:]``)."""
+    cut = iter([x.reshape((-1,))[a:b] for x in arrays])
+    return next(cut), next(cut), tree_map(lambda _, __: next(cut), state)

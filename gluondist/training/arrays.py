@@ -6,6 +6,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from .. import _mx
 from .._mx import mx
 
 
@@ -39,7 +40,7 @@ def check_dataset_arrays(dataset, name: str) -> None:
     """NaN and infinity in the arrays of an ArrayDataset (other datasets: checked in training,
     through the loss)."""
     if isinstance(dataset, mx.gluon.data.ArrayDataset):
-        for i, array in enumerate(dataset._data):
+        for i, array in enumerate(_mx.array_dataset_arrays(dataset)):
             if isinstance(array, (mx.nd.NDArray, np.ndarray)) and \
                     np.issubdtype(np.dtype(array.dtype), np.floating):
                 check_finite(array.asnumpy() if isinstance(array, mx.nd.NDArray) else array,

@@ -15,6 +15,7 @@ from typing import Iterator, List, Optional, Sequence
 
 import numpy as np
 
+from .. import _mx
 from .._mx import mx
 from ..devices import split
 from .arrays import (arrays_of, check_dataset_arrays, class_weight_table, class_weights,
@@ -93,7 +94,8 @@ class DatasetSource(Source):
         self.labelled = labelled
         self.dataset = dataset
         self.batchify_fn = batchify_fn or mx.gluon.data.dataloader.default_batchify_fn
-        self.loader = loader if loader is not None and loader._num_workers > 0 else None
+        self.loader = loader if loader is not None and \
+            _mx.loader_parts(loader)["num_workers"] > 0 else None
         self.class_weight = mx.nd.array(class_weight) if class_weight is not None else None
         self._indices = _Indices()
 
@@ -127,28 +129,12 @@ class DatasetSource(Source):
         if self.loader is None:
             return super().epoch(sampler, ctxs)  # in this thread: the dataset's RNG stays seeded
         self._indices.sampler = sampler
-        loaded = _borrow(self.loader, self._indices)
+        loaded = _mx.borrow_loader(self.loader, self._indices)
 
         def batches():
             for (idx, global_count), batch in zip(sampler.batches(), loaded):
                 yield (len(idx), global_count, *self._place(batch, ctxs))
         return Prefetcher(batches())
-
-
-def _borrow(loader, batch_sampler):
-    """``loader``'s batches drawn by ``batch_sampler`` instead of its own: its worker pool
-    (created with the loader) does the work. The loader's own sampler is back in place as soon
-    as the pass has started (MXNet reads it once, when the pass begins)."""
-    own = loader._batch_sampler
-    loader._batch_sampler = batch_sampler
-    try:
-        batches = iter(loader)
-        first = next(batches, None)
-    finally:
-        loader._batch_sampler = own
-    if first is not None:
-        yield first
-        yield from batches
 
 
 def check_not_all_dropped(src: Source, batch_size: int, workers: int, name: str) -> None:
@@ -206,8 +192,10 @@ def unpack(batch, labelled: bool = True):
 
 
 def _array_dataset_labels(dataset) -> Optional[List[np.ndarray]]:
-    if isinstance(dataset, mx.gluon.data.ArrayDataset) and len(dataset._data) == 2:
-        labels = dataset._data[1]
+    arrays = _mx.array_dataset_arrays(dataset) \
+        if isinstance(dataset, mx.gluon.data.ArrayDataset) else []
+    if len(arrays) == 2:
+        labels = arrays[1]
         return [labels.asnumpy() if isinstance(labels, mx.nd.NDArray) else np.asarray(labels)]
     return None
 
@@ -246,16 +234,17 @@ def source(data, name: str, class_weight=None, labelled: bool = True):
             raise ValueError(f"{name}: every sample weighs 0; nothing would be learned")
         return ArraySource(inputs, labels, weight, several(data[0])), None
     if isinstance(data, mx.gluon.data.DataLoader):
-        sampler = data._batch_sampler
-        _check_sampler(sampler, len(data._dataset), name)
-        last_batch = getattr(sampler, "_last_batch", "keep")
+        parts = _mx.loader_parts(data)
+        sampler = parts["batch_sampler"]
+        _check_sampler(sampler, len(parts["dataset"]), name)
+        last_batch = _mx.batch_sampler_parts(sampler)["last_batch"]
         if last_batch not in ("keep", "discard"):
             raise ValueError(f"{name}: DataLoader(last_batch={last_batch!r}) carries samples "
                              "into the next epoch, which would give workers different batch "
                              "counts; use 'keep' or 'discard'")
-        src = _dataset_source(data._dataset, name, data._batchify_fn, data, last_batch,
+        src = _dataset_source(parts["dataset"], name, parts["batchify_fn"], data, last_batch,
                               class_weight, labelled)
-        return src, getattr(sampler, "_batch_size", None)
+        return src, _mx.batch_sampler_parts(sampler)["batch_size"]
     check_kind(data, name)
     return _dataset_source(data, name, None, None, "keep", class_weight, labelled), None
 
@@ -281,7 +270,7 @@ def _check_sampler(batch_sampler, length: int, name: str) -> None:
         raise ValueError(f"{name}: fit makes the batches itself (the same on every worker) and "
                          f"cannot follow a custom batch_sampler ({type(batch_sampler).__name__});"
                          " give the DataLoader a batch_size instead")
-    inner = batch_sampler._sampler
+    inner = _mx.batch_sampler_parts(batch_sampler)["sampler"]
     if isinstance(inner, (mx.gluon.data.RandomSampler, mx.gluon.data.SequentialSampler)) and \
             len(inner) == length:
         return

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .. import _mx
 from .._mx import mx
 from .checks import last_line
 
@@ -91,7 +92,7 @@ def loss_axis(loss) -> Optional[int]:
     """The axis ``loss`` takes the classes on: softmax cross-entropy's ``axis``; None for other
     losses (the one rule fit's label checks and its metrics both follow)."""
     if isinstance(loss, mx.gluon.loss.SoftmaxCrossEntropyLoss):
-        return getattr(loss, "_axis", -1)
+        return _mx.loss_axis(loss)
     return None
 
 

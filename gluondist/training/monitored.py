@@ -6,6 +6,7 @@ import logging
 import os
 from typing import Optional, Sequence
 
+from .. import _mx
 from .._mx import mx
 from .callbacks import Callback
 from .checks import check_writable_file
@@ -95,7 +96,7 @@ class EarlyStopping(_Monitor, Callback):
             self.wait, self.best_epoch = 0, epoch
             if self.restore_best_weights:  # a copy in host memory, off the devices
                 self.best_weights = {name: p.data(p.list_ctx()[0]).copyto(mx.cpu())
-                                     for name, p in run.net._collect_params_with_prefix().items()}
+                                     for name, p in _mx.named_parameters(run.net).items()}
             return
         self.wait += 1
         if self.wait >= max(self.patience, 1):  # as Keras: the patience-th epoch stops
@@ -107,7 +108,7 @@ class EarlyStopping(_Monitor, Callback):
     def on_train_end(self, run):
         if self.restore_best_weights and self.best_weights is not None:
             from ..devices import assign
-            for name, p in run.net._collect_params_with_prefix().items():
+            for name, p in _mx.named_parameters(run.net).items():
                 assign(p, self.best_weights[name])
             log.info("restored the weights of epoch %d (best %s %.6g)", self.best_epoch + 1,
                      self.monitor, self.best)

@@ -9,6 +9,7 @@ import numpy as np
 
 from . import metrics as mtr
 from .checks import last_line
+from .. import _mx
 from .._mx import mx
 
 
@@ -165,7 +166,7 @@ def named_inputs(net) -> int:
     except (TypeError, ValueError):
         return 1
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    own = set(getattr(net, "_reg_params", {}))
+    own = _mx.own_parameter_names(net)
     return sum(1 for p in params if p.kind in kinds and p.name not in own)
 
 
@@ -251,7 +252,7 @@ def _class_axis(loss, out) -> Optional[int]:
     """The axis of ``out`` that holds the classes when ``loss`` is softmax cross-entropy with
     class-index (sparse) labels; None for any other loss."""
     axis = mtr.loss_axis(loss)
-    if axis is None or not getattr(loss, "_sparse_label", True):
+    if axis is None or not _mx.sparse_label(loss):
         return None
     return axis % out.ndim
 

@@ -76,7 +76,7 @@ def against_reference(kind, compression):
     if compression is not None:
         trainer = kvstore.make_trainer(net.collect_params(), "sgd", {"learning_rate": LR},
                                        compression=compression)
-        step = kvstore.TrainStep(trainer, trainer._kvstore, [mx.cpu()], B)
+        step = kvstore.TrainStep(trainer, kvstore.create(), [mx.cpu()], B)
     local = mx.gluon.Trainer(ref.collect_params(), "sgd", {"learning_rate": LR}, kvstore=None)
     residuals = {}
     for s in range(3):
@@ -127,7 +127,7 @@ def overflow():
     net = linear()
     trainer = kvstore.make_trainer(net.collect_params(), "sgd", {"learning_rate": LR},
                                    compression="fp16")
-    step = kvstore.TrainStep(trainer, trainer._kvstore, [mx.cpu()], B)
+    step = kvstore.TrainStep(trainer, kvstore.create(), [mx.cpu()], B)
     gradient(net, *batches(0)[kvstore.rank()])
     net.weight.grad()[0, 0] = 1e5
     try:

@@ -7,10 +7,13 @@ import pytest
 
 import gluondist
 from gluondist.kv.chunks import chunk_bounds
+from gluondist import _mx
+from gluondist.kv.exchange import Exchange
 from gluondist.kv.staging import Staging
-from gluondist.kv.trainer import TrainStep, _KeyedStore
+from gluondist.kv.trainer import TrainStep, Trainer
 from gluondist.kv import updates
-from gluondist.kv.updates import ELEMENTWISE, UPDATE_BYTES, ChunkUpdates
+from gluondist.kv.updates import ELEMENTWISE, UPDATE_BYTES
+from gluondist.trees import leaves
 
 from conftest import ROOT, run_cli
 
@@ -31,14 +34,16 @@ def train(optimizer, monkeypatch, switch: str, dtype="float32", steps=3, clip=No
         p.initialize(mx.init.Normal(0.5), ctx=CTXS)
     sizes = [int(np.prod(p.shape)) for p in params]
     chunks = [chunk_bounds(n, np.dtype(dtype).itemsize, 1000) for n in sizes]
-    kv = _KeyedStore(mx.kv.create("local"), 0, chunks,
-                     Staging(2, max(b - a for a, b in chunks[0])))
     opt_params = {"learning_rate": 0.05, "multi_precision": dtype == "float16",  # halves
                   "lr_scheduler": mx.lr_scheduler.FactorScheduler(2, 0.5, base_lr=0.05),
                   **SETTINGS.get(optimizer, {})}
-    trainer = mx.gluon.Trainer(params, optimizer, opt_params, kvstore=kv,
-                               update_on_kvstore=False)
-    trainer._init_kvstore()  # as make_trainer does
+    trainer = Trainer(params, optimizer, opt_params)  # as make_trainer makes it, in a job
+    kv = mx.kv.create("local")
+    trainer.exchange = Exchange(params, trainer.exchange.updates, kv, chunks=chunks,
+                                staging=Staging(2, max(b - a for a, b in chunks[0])))
+    if switch == "1":
+        trainer.exchange.plan()
+    trainer.exchange.join()
     step = TrainStep(trainer, kv, CTXS, batch_size=8, clip=clip)
     rs = np.random.RandomState(0)
     for _ in range(steps):
@@ -48,11 +53,11 @@ def train(optimizer, monkeypatch, switch: str, dtype="float32", steps=3, clip=No
                 loss = ((params[0].data(ctx) * x) ** 2).sum() + (params[1].data(ctx) * z).sum()
             loss.backward()
         step(8)
-    updater = trainer._updaters[0]
-    leaves = [s for i in sorted(updater.states) for s in updates._leaves(updater.states[i])]
-    opt = trainer._optimizer
+    updater = trainer.exchange.updates.updater(0)
+    states = [s for i in sorted(updater.states) for s in leaves(updater.states[i])]
+    opt = trainer.optimizer
     return step, ([p.data(c).asnumpy() for p in params for c in CTXS] +
-                  [s.asnumpy() for s in leaves], opt._all_index_update_counts, opt.num_update)
+                  [s.asnumpy() for s in states], _mx.count_tables(opt), opt.num_update)
 
 
 # a chunk a group (12 updates of the first parameter a step), 3 (4 of them), all (1)
@@ -63,8 +68,8 @@ def test_each_chunk_updated_as_it_lands_is_bit_equal_to_one_update(optimizer, up
     monkeypatch.setattr(updates, "UPDATE_BYTES", update_bytes)
     after, (arrays, counts, num) = train(optimizer, monkeypatch, "0")
     early, (chunked, early_counts, early_num) = train(optimizer, monkeypatch, "1")
-    assert after.chunk_updates is None and early.chunk_updates is not None
-    assert len(early.chunk_updates._groups) == {1000: 12, 2500: 4}.get(update_bytes, 1)
+    assert not after.chunk_updates and early.chunk_updates
+    assert len(early.exchange.updates.groups) == {1000: 12, 2500: 4}.get(update_bytes, 1)
     assert len(arrays) == len(chunked)
     for a, b in zip(arrays, chunked):
         assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8))
@@ -77,15 +82,15 @@ def test_float16_weights_with_float32_master_copies_are_bit_equal(monkeypatch):
     monkeypatch.setattr(updates, "UPDATE_BYTES", 1000)
     _, (arrays, *_) = train("sgd", monkeypatch, "0", dtype="float16")
     early, (chunked, *_) = train("sgd", monkeypatch, "1", dtype="float16")
-    assert early.chunk_updates is not None
+    assert early.chunk_updates
     for a, b in zip(arrays, chunked):
         assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
 
 
 def test_where_the_result_would_change_every_parameter_waits_for_the_last_pull(monkeypatch):
-    assert train("sgd", monkeypatch, "1", clip=1.0)[0].chunk_updates is None  # a global norm
-    assert train("lamb", monkeypatch, "1")[0].chunk_updates is None  # norms per array
-    assert train("nadam", monkeypatch, "1")[0].chunk_updates is None  # a schedule per call
+    assert not train("sgd", monkeypatch, "1", clip=1.0)[0].chunk_updates  # a global norm
+    assert not train("lamb", monkeypatch, "1")[0].chunk_updates  # norms per array
+    assert not train("nadam", monkeypatch, "1")[0].chunk_updates  # a schedule per call
 
 
 SAID = "GLUONDIST_CHUNK_UPDATES='yes': give 1 to update each chunk as its sum comes back, " \
@@ -109,9 +114,9 @@ def test_the_launcher_refuses_a_bad_switch_before_any_process_starts():
 
 def test_a_stale_gradient_is_refused_before_any_update(monkeypatch):
     step, _ = train("sgd", monkeypatch, "1", steps=1)
-    before = [p.data(CTXS[0]).asnumpy() for p in step.trainer._params]
+    before = [p.data(CTXS[0]).asnumpy() for p in step.exchange.params]
     with pytest.raises(UserWarning, match="has not been updated by backward"):
         step(8)  # no backward since the last step
-    after = [p.data(CTXS[0]).asnumpy() for p in step.trainer._params]
+    after = [p.data(CTXS[0]).asnumpy() for p in step.exchange.params]
     assert all(np.array_equal(a, b) for a, b in zip(before, after))
-    assert isinstance(ChunkUpdates.of(step.trainer, step.trainer._kvstore, None), ChunkUpdates)
+    assert step.chunk_updates

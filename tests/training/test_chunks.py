@@ -5,9 +5,11 @@ import numpy as np
 import pytest
 
 import gluondist
-from gluondist.kv.calls import Prepared
+from gluondist import _mx
+from gluondist.kv.exchange import Exchange
 from gluondist.kv.staging import Staging
-from gluondist.kv.trainer import _KeyedStore
+from gluondist.kv.updates import Updates
+from gluondist.trees import Kept
 from gluondist.kvstore import CHUNK_BYTES, chunk_bounds, parameter_chunks
 
 from conftest import ROOT, run_cli
@@ -34,78 +36,89 @@ def test_parameter_chunks_follow_dtype_and_leave_sparse_whole():
     assert parameter_chunks(sparse, 1024) == [(0, 1000000)]
 
 
-def test_a_chunked_store_moves_the_same_numbers_as_a_whole_one():
-    """On a real (local) kvstore: one chunked and one whole parameter, two devices."""
+def exchange(shapes, chunks, staging=None, devices=1, offset=0):
+    """An exchange of parameters of ``shapes`` (zeros) through a real (local) kvstore."""
+    params = [mx.gluon.Parameter(f"p{i}", shape=s) for i, s in enumerate(shapes)]
+    for p in params:
+        p.initialize(mx.init.Zero(), ctx=[mx.cpu(d) for d in range(devices)])
+    ex = Exchange(params, Updates(params, mx.optimizer.SGD()), mx.kv.create("local"),
+                  offset=offset, chunks=chunks, staging=staging)
+    ex.join()
+    return ex, params
+
+
+def test_a_chunked_exchange_moves_the_same_numbers_as_a_whole_one():
+    """One chunked and one whole parameter, two devices."""
     shapes = [(4, 5), (3,)]
-    whole = _KeyedStore(mx.kv.create("local"), 0, [[(0, 20)], [(0, 3)]])
-    chunked = _KeyedStore(mx.kv.create("local"), 7, [chunk_bounds(20, 4, 24), [(0, 3)]],
-                          Staging(2, 6))
     results = []
-    for store in (whole, chunked):
-        store.init([0, 1], [mx.nd.arange(20).reshape(shapes[0]), mx.nd.ones(shapes[1])])
-        grads = [mx.nd.arange(20).reshape(shapes[0]) * (d + 1) for d in range(2)]
-        store.pushpull(0, grads)  # in place, as Trainer calls it
-        out = [mx.nd.zeros(shapes[0]) for _ in range(2)]
-        store.push(0, grads)
-        store.pull(0, out=out)
-        results.append([g.asnumpy() for g in grads] + [o.asnumpy() for o in out])
+    for chunks, staging, offset in (([[(0, 20)], [(0, 3)]], None, 0),
+                                    ([chunk_bounds(20, 4, 24), [(0, 3)]], Staging(2, 6), 7)):
+        ex, params = exchange(shapes, chunks, staging, devices=2, offset=offset)
+        for d, ctx in enumerate(params[0].list_ctx()):
+            params[0].grad(ctx)[:] = mx.nd.arange(20).reshape(shapes[0]) * (d + 1)
+            params[1].grad(ctx)[:] = d + 1
+        ex.reduce()  # in place, as a step does
+        results.append([g.asnumpy() for p in params for g in p.list_grad()])
     for a, b in zip(*results):
         assert np.array_equal(a, b)
     assert np.array_equal(results[1][0], np.arange(20).reshape(shapes[0]) * 3)
+    assert np.array_equal(results[1][2], [3, 3, 3])
 
 
 @pytest.mark.parametrize("slots", [0, 1, 2])
 def test_one_devices_chunks_travel_through_staging_arrays_and_land_in_place(slots):
-    store = _KeyedStore(mx.kv.create("local"), 0, [chunk_bounds(20, 4, 24)], Staging(slots, 5))
-    store.init(0, mx.nd.zeros((4, 5)))
-    grad = mx.nd.arange(20).reshape((4, 5))
-    store.pushpull(0, grad)  # in place, one device: staged
-    assert np.array_equal(grad.asnumpy(), np.arange(20).reshape((4, 5)))
+    ex, (param,) = exchange([(4, 5)], [chunk_bounds(20, 4, 24)], Staging(slots, 5))
+    param.grad()[:] = mx.nd.arange(20).reshape((4, 5))
+    ex.reduce()  # one device: staged
+    assert np.array_equal(param.grad().asnumpy(), np.arange(20).reshape((4, 5)))
     # bounded: the 4 chunks share the slots' arrays; unbounded: one per chunk, kept
-    assert sorted(s for s, *_ in store.staging._arrays) == (
+    assert sorted(s for s, *_ in ex.staging._arrays) == (
         list(range(slots)) if slots else [("key", k) for k in range(4)])
-    out = mx.nd.zeros((4, 5))
-    store.pushpull(0, [grad * 2], out=[out])
-    assert np.array_equal(out.asnumpy(), np.arange(20).reshape((4, 5)) * 2)
-    assert len(store.staging._arrays) == (slots or 4)
+    param.grad()[:] *= 2
+    ex.reduce()
+    assert np.array_equal(param.grad().asnumpy(), np.arange(20).reshape((4, 5)) * 2)
+    assert len(ex.staging._arrays) == (slots or 4)
 
 
 def test_several_devices_chunks_are_staged_per_device():
     # a view counts as its whole array for MXNet's engine, on every device: each device's part
     # of a chunk gets a staging array, so chunk k's pull need not wait for chunk k+1's push
-    store = _KeyedStore(mx.kv.create("local"), 0, [chunk_bounds(20, 4, 24)], Staging(2, 5))
-    store.init(0, mx.nd.zeros((4, 5)))
-    grads = [mx.nd.arange(20).reshape((4, 5)) * (d + 1) for d in range(2)]
-    store.pushpull(0, grads)
-    for g in grads:
+    ex, (param,) = exchange([(4, 5)], [chunk_bounds(20, 4, 24)], Staging(2, 5), devices=2)
+    for d, grad in enumerate(param.list_grad()):
+        grad[:] = mx.nd.arange(20).reshape((4, 5)) * (d + 1)
+    ex.reduce()
+    for g in param.list_grad():
         assert np.array_equal(g.asnumpy(), np.arange(20).reshape((4, 5)) * 3)
-    assert sorted((s, d) for s, d, *_ in store.staging._arrays) == [(0, 0), (0, 1), (1, 0),
-                                                                     (1, 1)]
+    assert sorted((s, d) for s, d, *_ in ex.staging._arrays) == [(0, 0), (0, 1), (1, 0),
+                                                                  (1, 1)]
 
 
 def test_prepared_calls_copy_and_pushpull_as_mxnet_does_and_follow_new_arrays():
-    """gluondist.kv.calls: the C calls made with arguments built once give what copyto and
-    pushpull give; a call kept under a name is rebuilt when its arrays change."""
-    calls, kv = Prepared(), mx.kv.create("local")
+    """gluondist._mx's C calls, made with arguments built once, give what copyto and pushpull
+    give; a call kept under a name is made again when its arrays change."""
+    kept, kv = Kept(), mx.kv.create("local")
+    copy = lambda name, src, dst: kept.get(name, (src, dst), lambda: _mx.Copy(src, dst))()
     src, dst = mx.nd.arange(6), mx.nd.zeros(6)
-    calls.copy("c", src, dst)
+    copy("c", src, dst)
     assert np.array_equal(dst.asnumpy(), np.arange(6))
     src *= 2  # the same arrays: the same call, the new values
-    calls.copy("c", src, dst)
+    copy("c", src, dst)
     assert np.array_equal(dst.asnumpy(), np.arange(6) * 2)
     other = mx.nd.ones((2, 3))[1]  # a view, as chunks are
-    calls.copy("c", other, dst[:3])
+    copy("c", other, dst[:3])
     assert np.array_equal(dst.asnumpy(), [1, 1, 1, 6, 8, 10])
     kv.init(3, mx.nd.zeros(4))
+    pushpull = lambda name, key, parts, priority: kept.get(
+        name, parts, lambda: _mx.PushPull(kv, key, parts))(priority)
     parts = [mx.nd.arange(4), mx.nd.arange(4) * 10]  # two devices' arrays: summed, in place
-    calls.pushpull("p", kv, 3, parts, 0)
+    pushpull("p", 3, parts, 0)
     for part in parts:
         assert np.array_equal(part.asnumpy(), np.arange(4) * 11)
     fresh = [mx.nd.ones(4)]
-    calls.pushpull("p", kv, 3, fresh, -1)
+    pushpull("p", 3, fresh, -1)
     assert np.array_equal(fresh[0].asnumpy(), np.ones(4))
     with pytest.raises(mx.base.MXNetError):  # MXNet's error, raised, for a key never made
-        calls.pushpull("q", kv, 99, fresh, 0)
+        pushpull("q", 99, fresh, 0)
         mx.nd.waitall()
 
 
@@ -137,11 +150,9 @@ def test_the_launcher_refuses_a_bad_chunking_variable_before_any_process_starts(
 
 
 def test_chunks_are_views_of_the_gradient():
-    store = _KeyedStore(mx.kv.create("local"), 0, [chunk_bounds(10, 4, 16)])
+    ex, _ = exchange([(2, 5)], [chunk_bounds(10, 4, 16)])
     grad = mx.nd.zeros((2, 5))
-    keys, views = store._split(0, grad)
+    keys, views = ex._keyed(0, [grad])
     assert keys == [0, 1, 2]
-    views[1][:] = 7  # writing a chunk writes the gradient itself
+    views[1][0][:] = 7  # writing a chunk writes the gradient itself
     assert grad.asnumpy().ravel().tolist() == [0, 0, 0, 7, 7, 7, 0, 0, 0, 0]
-
-

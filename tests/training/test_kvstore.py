@@ -3,6 +3,8 @@ refusals, the parameter-server recipe, and allreduce keys that stay on a server 
 and 4 servers in real jobs: e2e/test_kvstore_jobs.py)."""
 import math
 
+import mxnet as mx
+import numpy as np
 import pytest
 
 from gluondist import envvars, kvstore, recipes
@@ -100,3 +102,61 @@ def test_an_inference_pass_leaves_a_convolution_weight_that_default_layout_resto
         conv(mx.nd.ones((1, 16, 8, 8)))
         default_layout([weight])
         weight.to_dlpack_for_read()
+
+
+def _adam_steps(trainer, net, ctxs, steps, seed):
+    rs = np.random.RandomState(seed)
+    for _ in range(steps):
+        x = rs.rand(8, 5).astype("f")
+        for part, ctx in zip(np.split(x, len(ctxs)), ctxs):
+            with mx.autograd.record():
+                loss = (net(mx.nd.array(part, ctx=ctx)) ** 2).sum()
+            loss.backward()
+        trainer.step(8)
+
+
+def _trained(ctxs, steps=2):
+    mx.random.seed(3)
+    net = mx.gluon.nn.Dense(3, in_units=5)
+    net.initialize(mx.init.Xavier(), ctx=ctxs)
+    trainer = kvstore.make_trainer(net.collect_params(), "adam", {"learning_rate": 0.01,
+                                   "lr_scheduler": mx.lr_scheduler.FactorScheduler(2, 0.5)},
+                                   kvstore="device" if len(ctxs) > 1 else None,
+                                   num_contexts=len(ctxs))
+    _adam_steps(trainer, net, ctxs, steps, 0)
+    return net, trainer
+
+
+def test_saved_trainer_states_resume_exactly_and_hold_no_pickle(tmp_path):
+    """make_trainer's save_states: states, update counts and the optimizer's type as arrays
+    and JSON (mx.nd.load reads it; no pickle), and a trainer that loads them steps on as the
+    one that wrote them, array by array, on two devices."""
+    ctxs = [mx.cpu(0), mx.cpu(1)]
+    net, trainer = _trained(ctxs)
+    trainer.save_states(str(tmp_path / "states"))
+    assert (tmp_path / "states").read_bytes()[:1] != b"\x80"  # a pickle's first opcode
+    assert set(mx.nd.load(str(tmp_path / "states"))) >= {"0.0", "0.1", "gluondist.states"}
+    other, resumed = _trained(ctxs, steps=0)
+    for mine, theirs in zip(net.collect_params().values(), other.collect_params().values()):
+        for ctx in ctxs:
+            theirs.data(ctx)[:] = mine.data(ctx)
+    resumed.load_states(str(tmp_path / "states"))
+    _adam_steps(trainer, net, ctxs, 3, 1)
+    _adam_steps(resumed, other, ctxs, 3, 1)
+    for (name, a), b in zip(net.collect_params().items(), other.collect_params().values()):
+        for ctx in ctxs:
+            assert np.array_equal(a.data(ctx).asnumpy(), b.data(ctx).asnumpy()), name
+    assert resumed.optimizer.num_update == trainer.optimizer.num_update == 5
+
+
+def test_loading_another_optimizers_states_is_one_line(tmp_path):
+    _, trainer = _trained([mx.cpu()])
+    trainer.save_states(str(tmp_path / "states"))
+    net = mx.gluon.nn.Dense(3, in_units=5)
+    net.initialize()
+    sgd = kvstore.make_trainer(net.collect_params(), "sgd", kvstore=None)
+    with pytest.raises(ValueError, match="holds the state of a Adam optimizer, not SGD"):
+        sgd.load_states(str(tmp_path / "states"))
+    mx.nd.save(str(tmp_path / "other"), {"x": mx.nd.ones(1)})
+    with pytest.raises(ValueError, match="holds no trainer states written by save_states"):
+        sgd.load_states(str(tmp_path / "other"))

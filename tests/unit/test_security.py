@@ -62,7 +62,7 @@ def test_a_trainers_optimizer_loads():
     net(mx.nd.ones((2, 3)))
     trainer = mx.gluon.Trainer(net.collect_params(), "adam", {
         "learning_rate": 0.1, "lr_scheduler": S.MultiFactorScheduler([5, 10], 0.1)})
-    assert state(load_optimizer(sent(trainer._optimizer))) == state(trainer._optimizer)
+    assert state(load_optimizer(sent(trainer.optimizer))) == state(trainer.optimizer)
 
 
 def test_the_allowed_set_is_mxnets_classes_and_two_reconstructors():
