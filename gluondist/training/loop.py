@@ -12,6 +12,7 @@ from typing import Dict, Optional, Sequence, Union
 import numpy as np
 
 from .. import elastic, kvstore as kvs, parallel, snapshot
+from .. import _mx
 from .._mx import mx
 from ..kv.sampling import MXNET, derive_seed
 from ..parallel import Contexts
@@ -69,25 +70,30 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
     a terminal or notebook, else one line per epoch: logged at INFO on the ``gluondist`` logger,
     and on stderr too when logging would not show it (worker 0 only). ``epochs=0`` trains
     nothing and returns an empty History.
-    ``terminate_on_nan``: a NaN or infinite training loss raises FloatingPointError.
-    ``accumulate=k``: one update every k batches with the sum of their gradients (as a batch
-    k times larger). Several inputs or outputs: ``((X1, X2), (y1, y2))``, ``loss=[l1, l2]``,
-    ``loss_weights``, ``metrics={output: names}``. ``(X, y, sample_weight)`` and
-    ``class_weight={label: weight}`` weight each sample's loss. ``parallel='pipeline'`` splits
-    a ``Sequential`` into one stage per device of ``ctx`` (at ``stages``, else balanced by
-    parameter count), each batch in ``micro_batches`` parts: see docs/pipeline.md (other modes:
-    :func:`gluondist.parallel.register_mode`). ``compression``: gradients sent as float16
-    (``'fp16'``) or MXNet's 2-bit in a ``dist_sync`` job (docs/fit.md), or a format of
-    :func:`gluondist.kv.compression.register`. Inputs, labels and weights are cast to float32
-    (the net must be float32); ``optimizer_params`` and an optimizer instance are copied, never
-    changed. Every argument, its default and meaning: the table in
-    docs/fit.md, from :class:`~gluondist.training.arguments.FitArgs`.
+    ``accumulate=k``: one update every k batches with the sum of their gradients. Several
+    inputs or outputs: ``((X1, X2), (y1, y2))``, ``loss=[l1, l2]``, ``loss_weights``,
+    ``metrics={output: names}``. ``parallel='pipeline'``: docs/pipeline.md. ``compression``:
+    gradients sent as float16 (``'fp16'``) or MXNet's 2-bit in a ``dist_sync`` job. Inputs,
+    labels and weights are cast to float32 (the net must be float32); ``optimizer_params`` and
+    an optimizer instance are copied, never changed. Every argument, its default and meaning:
+    the table in docs/fit.md, from :class:`~gluondist.training.arguments.FitArgs`.
 
     Raises ValueError before training for inconsistent or unusable input (in a ``dist_sync``
     job also when the workers' sample counts or settings differ). When training raises
     (Ctrl-C included), each callback's ``on_exception`` runs instead of ``on_train_end``, fit's
     data thread is stopped and the error re-raised; checkpoints written stay as they are."""
-    loop = start(prepare(FitArgs(**locals())))  # locals(): the arguments, and only them here
+    return _train(start(prepare(FitArgs(
+        net=net, train_data=train_data, loss=loss, optimizer=optimizer,
+        optimizer_params=optimizer_params, epochs=epochs, batch_size=batch_size, ctx=ctx,
+        kvstore=kvstore, val_data=val_data, metrics=metrics, callbacks=callbacks,
+        checkpoint_dir=checkpoint_dir, resume=resume, progress=progress, seed=seed,
+        terminate_on_nan=terminate_on_nan, accumulate=accumulate, loss_weights=loss_weights,
+        class_weight=class_weight, parallel=parallel, micro_batches=micro_batches,
+        stages=stages, compression=compression, checkpoint_every=checkpoint_every))))
+
+
+def _train(loop: LoopState) -> History:
+    """fit's epochs, then its callbacks' end (or, when training raises, their on_exception)."""
     run = loop.run
     try:
         _grow_if_asked(run, _epochs(loop))
@@ -242,7 +248,7 @@ def _check_parameters(loop: LoopState) -> None:
     """NaN in a Dataset's samples can hide from the loss (relu passes a NaN weight's column
     as 0) while the weights turn NaN: check them once per epoch, before any checkpoint."""
     run = loop.run
-    bad = [name for name, p in run.net._collect_params_with_prefix().items()  # one copy each
+    bad = [name for name, p in _mx.named_parameters(run.net).items()  # one copy each
            if not math.isfinite(float(p.list_data()[0].norm().asscalar()))]
     if bad:
         raise FloatingPointError(snapshot.not_finite(bad, run.epoch, run.epochs))

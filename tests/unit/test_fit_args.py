@@ -72,6 +72,17 @@ def test_every_argument_has_a_one_line_meaning_and_a_check():
         assert callable(f.metadata["check"]), f.name
 
 
+def test_fit_hands_every_argument_to_fitargs_by_name():
+    """fit passes each of its arguments on by name, so a new one cannot be left out."""
+    import ast
+    import inspect as ins
+    from gluondist.training import loop
+    call = next(n for n in ast.walk(ast.parse(ins.getsource(loop.fit)))
+                if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "FitArgs")
+    assert [(k.arg, ast.unparse(k.value)) for k in call.keywords] == \
+        [(f.name, f.name) for f in fields(FitArgs)]
+
+
 @pytest.mark.parametrize("name", [f.name for f in fields(FitArgs)])
 def test_each_argument_of_the_wrong_kind_fails_in_one_line_naming_it(small, name):
     assert set(BAD) == {f.name for f in fields(FitArgs)}  # a new argument needs a case here

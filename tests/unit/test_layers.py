@@ -120,3 +120,19 @@ def test_the_launcher_never_imports_training_code():
     reach = {m: {d for d in imports(m, known[m], known) if d.startswith(training)}
              for m in launcher}
     assert {m: found for m, found in reach.items() if found} == {}
+
+
+def test_no_module_over_420_lines_and_no_function_over_60():
+    """Small pieces (CONTRIBUTING): a module over 420 lines or a function over 60, docstring
+    included, is split."""
+    big = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        if len(text.splitlines()) > 420:
+            big.append(f"{path.relative_to(ROOT)}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    node.end_lineno - node.lineno + 1 > 60:
+                big.append(f"{path.relative_to(ROOT)}: {node.name} has "
+                           f"{node.end_lineno - node.lineno + 1} lines")
+    assert big == []
