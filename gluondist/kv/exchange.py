@@ -40,6 +40,7 @@ class Exchange:
             [[(0, 0)] for _ in self.params]  # whole: the size plays no part
         count = sum(map(len, self.chunks))
         self.first = [int(k) for k in offset + np.cumsum([0] + [len(c) for c in self.chunks])][:-1]
+        self._keys = [list(range(f, f + len(c))) for f, c in zip(self.first, self.chunks)]
         self.wire = wire or cmp.FLOAT32.bind(kv.num_workers if kv is not None else 1, count)
         self.staging = staging or Staging(0, 0)
         self.early = False  # whether chunks are updated as they land (make_trainer: plan)
@@ -86,7 +87,7 @@ class Exchange:
 
     def keys(self, index: int) -> List[int]:
         """Parameter ``index``'s MXNet keys, one per chunk."""
-        return list(range(self.first[index], self.first[index] + len(self.chunks[index])))
+        return self._keys[index]
 
     def _keyed(self, index: int, arrays: list) -> Tuple[List[int], List[list]]:
         """Parameter ``index``'s MXNet keys, and for each the views of ``arrays`` (one per
