@@ -11,9 +11,10 @@ What each is kept for is said beside it; where a public call did the job it is u
 (``kv.pushpull``, ``mx.optimizer.get_updater``, ``Block.collect_params``)."""
 import contextlib
 import ctypes
+import warnings
 from array import array
 
-from . import INSTALL_HINT, mxnet_version_problem
+from . import INSTALL_HINT, mxnet_untested, mxnet_version_problem
 
 try:
     import mxnet as mx  # noqa: F401
@@ -24,6 +25,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without MXNet
 _problem = mxnet_version_problem(mx.__version__)
 if _problem:
     raise ImportError(_problem)
+if mxnet_untested(mx.__version__):
+    warnings.warn(mxnet_untested(mx.__version__), stacklevel=2)
 
 _LIB, _check_call = mx.base._LIB, mx.base.check_call
 _GPU = 2  # mx.Context.devstr2type["gpu"]
@@ -143,9 +146,11 @@ def trainer_updaters(trainer) -> list:
     return trainer._updaters
 
 
-def servers_update(trainer) -> bool:
-    """Whether a plain ``gluon.Trainer``'s kvstore runs the optimizer (dist_async)."""
-    return trainer._kvstore is not None and bool(trainer._update_on_kvstore)
+def kvstore_updating(trainer):
+    """The type of a plain ``gluon.Trainer``'s kvstore where that kvstore runs the optimizer
+    (dist_async's servers, or MXNet's own choice for a local one), else None."""
+    kv = trainer._kvstore
+    return kv.type if kv is not None and trainer._update_on_kvstore else None
 
 
 def grad_scale(trainer) -> float:

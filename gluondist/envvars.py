@@ -32,6 +32,9 @@ GLUONDIST_CHUNK_BYTES = "GLUONDIST_CHUNK_BYTES"
 GLUONDIST_CHUNKS_IN_FLIGHT = "GLUONDIST_CHUNKS_IN_FLIGHT"
 # 1 (default): each chunk of a gradient updated as its sum comes back; 0: after the last pull
 GLUONDIST_CHUNK_UPDATES = "GLUONDIST_CHUNK_UPDATES"
+# 1: run on an MXNet other than the one gluondist was tested with (gluondist.MXNET_SUPPORTED),
+# with a warning, where it is refused otherwise
+GLUONDIST_UNTESTED_MXNET = "GLUONDIST_UNTESTED_MXNET"
 GLUONDIST_RESTART_COUNT = "GLUONDIST_RESTART_COUNT"  # 0 on the first attempt, then 1, 2, ...
 # Set by the launcher for a worker's process only when stall detection is on: the number of an
 # inherited pipe's write end, on which gluondist.heartbeat reports finished batches.
@@ -74,7 +77,8 @@ GLUONDIST_LINK_TIMEOUT = "GLUONDIST_LINK_TIMEOUT"
 # ssh they travel with the job although the other GLUONDIST_* names stay behind
 # (transports/ssh.py). docs/environment.md's "What you can set for a job" lists these.
 JOB_SETTINGS = (GLUONDIST_EXIT_GRACE, GLUONDIST_CHUNK_BYTES, GLUONDIST_CHUNKS_IN_FLIGHT,
-                GLUONDIST_CHUNK_UPDATES, MXNET_KVSTORE_BIGARRAY_BOUND, PS_VERBOSE, OMP_NUM_THREADS)
+                GLUONDIST_CHUNK_UPDATES, GLUONDIST_UNTESTED_MXNET, MXNET_KVSTORE_BIGARRAY_BOUND,
+                PS_VERBOSE, OMP_NUM_THREADS)
 # ps-lite's own settings (PS_VERBOSE, PS_RESEND, PS_HEARTBEAT_TIMEOUT, ...) are the job's too
 JOB_SETTING_PREFIXES = ("PS_",)
 

@@ -5,7 +5,7 @@ import platform
 import sys
 from typing import Callable, Optional
 
-from . import INSTALL_HINT, mxnet_version_problem
+from . import INSTALL_HINT, mxnet_untested, mxnet_version_problem
 
 
 def describe(echo: Callable[[str], None]) -> Optional[str]:
@@ -29,4 +29,6 @@ def describe(echo: Callable[[str], None]) -> Optional[str]:
     if not flags["DIST_KVSTORE"]:
         return ("this MXNet build lacks DIST_KVSTORE, which parameter-server jobs need; "
                 f"install one that has it: {INSTALL_HINT}")
+    if mxnet_untested(mx.__version__):
+        echo(f"warning    {mxnet_untested(mx.__version__)}")
     return mxnet_version_problem(mx.__version__)

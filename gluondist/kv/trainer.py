@@ -55,7 +55,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     or its dict form (``{"type": "2bit", "threshold": t}``; see
     :mod:`gluondist.kv.compression`); chunks are compressed alone."""
     compression = cmp.parse(compression)
-    params, stages = _parameters(params)
+    params, stages, num_contexts = _parameters(params, num_contexts)
     chunk_bytes, in_flight = _chunking(chunk_bytes)
     kv = NODE.create(kvstore, num_contexts) if isinstance(kvstore, str) or kvstore is None \
         else kvstore
@@ -88,19 +88,19 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
 class Trainer(_mx.Trainer):
     """What :func:`make_trainer` returns: a ``gluon.Trainer`` whose ``step``,
     ``allreduce_grads`` and ``update`` go through its :attr:`exchange`, and whose
-    ``save_states`` and ``load_states`` write and read the optimizer's state (its arrays, update
-    counts and type) without pickles. The optimizer's settings (learning rate and the like)
-    stay the trainer's own: they are not in the file."""
+    ``save_states`` and ``load_states`` write and read the optimizer's state without pickles:
+    its arrays, update counts and type, and its and its scheduler's plain attributes (the
+    learning rate), which ``load_states`` restores as ``gluon.Trainer``'s does."""
 
     def __init__(self, params, optimizer, optimizer_params=None, stages: bool = False):
         super().__init__(params, optimizer, optimizer_params, kvstore=None)
         self.exchange = Exchange(params, Updates(params, self.optimizer, stages))
 
     def step(self, batch_size, ignore_stale_grad=False):
-        self._check_amp()
+        check_amp(self)
         exchange = self.exchange
         exchange.rescale(_mx.grad_scale(self) / batch_size)
-        exchange.reduce(early=not ignore_stale_grad)
+        exchange.reduce(early=not ignore_stale_grad, check=True)  # fp16: before the update
         exchange.update(ignore_stale_grad)
 
     def allreduce_grads(self):
@@ -109,14 +109,16 @@ class Trainer(_mx.Trainer):
 
     def update(self, batch_size, ignore_stale_grad=False):
         self._check_sync("update")
-        self._check_amp()
+        check_amp(self)
         self.exchange.rescale(_mx.grad_scale(self) / batch_size)
         self.exchange.update(ignore_stale_grad)
 
+    def set_learning_rate(self, lr):
+        self._check_sync("set_learning_rate")
+        super().set_learning_rate(lr)
+
     def save_states(self, fname):
-        if self.exchange.servers_update:
-            raise ValueError("under dist_async the servers hold the optimizer's state: a "
-                             "worker has none to save (fit's checkpoints keep the parameters)")
+        self._check_sync("save_states")
         arrays: dict = {}
         meta = self.exchange.updates.dump(arrays, lambda _, array: array.copyto(mx.cpu()))
         arrays[STATES_META] = mx.nd.array(np.frombuffer(json.dumps(meta).encode(), np.uint8),
@@ -124,25 +126,35 @@ class Trainer(_mx.Trainer):
         mx.nd.save(fname, arrays)
 
     def load_states(self, fname):
-        arrays = mx.nd.load(fname)
-        if not isinstance(arrays, dict) or STATES_META not in arrays:
-            raise ValueError(f"{fname} holds no trainer states written by save_states")
-        meta = json.loads(arrays.pop(STATES_META).asnumpy().tobytes())
-        if meta["type"] != type(self.optimizer).__name__:
-            raise ValueError(f"{fname} holds the state of a {meta['type']} optimizer, not "
-                             f"{type(self.optimizer).__name__}: load it into a trainer of the "
-                             "same optimizer")
-        self.exchange.updates.load(meta, arrays)
+        self._check_sync("load_states")
+        try:
+            arrays = mx.nd.load(fname)
+            meta = json.loads(arrays.pop(STATES_META).asnumpy().tobytes()) \
+                if isinstance(arrays, dict) and STATES_META in arrays else None
+        except (OSError, ValueError, mx.base.MXNetError) as exc:  # missing, not MXNet's
+            reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            raise ValueError(f"cannot read trainer states from {fname} ({reason}); give a file "
+                             "that save_states wrote") from None
+        if meta is None:
+            raise ValueError(f"{fname} holds no trainer states written by gluondist's "
+                             "save_states (gluon.Trainer's are pickles, which it does not read)")
+        try:
+            self.exchange.updates.load(meta, arrays, settings=True)
+        except ValueError as exc:
+            raise ValueError(f"cannot load {fname} into this trainer: {exc}") from None
 
     def _check_sync(self, what: str) -> None:
         if self.exchange.servers_update:
-            raise ValueError(f"{what}() under dist_async, where the servers update: call "
-                             "step() (or use dist_sync)")
+            raise ValueError(f"{what}() under dist_async, where the servers hold the optimizer "
+                             "and update: set the optimizer before make_trainer and call step() "
+                             "(or use dist_sync)")
 
-    def _check_amp(self) -> None:
-        if _mx.loss_scaler(self) is not None:
-            raise ValueError("AMP's loss scaling (amp.init_trainer) is not supported by "
-                             "gluondist's trainer: train without it")
+
+def check_amp(trainer) -> None:
+    """Refuse AMP's loss scaling, in one line."""
+    if _mx.loss_scaler(trainer) is not None:
+        raise ValueError("AMP's loss scaling (amp.init_trainer) is not supported by "
+                         "gluondist's trainer: train without it")
 
 
 def _check_optimizer(optimizer, optimizer_params) -> None:
@@ -154,15 +166,19 @@ def _check_optimizer(optimizer, optimizer_params) -> None:
 STATES_META = "gluondist.states"  # the JSON part of save_states' file, as uint8
 
 
-def _parameters(params) -> Tuple[list, bool]:
-    """``params`` as a list, and whether each lives on one device of its own (a Pipeline's)."""
+def _parameters(params, num_contexts: int) -> Tuple[list, bool, int]:
+    """``params`` as a list, whether each lives on one device of its own (a Pipeline's), and
+    the devices whose copies are summed: at least as many as the parameters live on."""
     stages = isinstance(params, Pipeline)
     if stages:
         params = params.collect_params()
     # A list, in the net's own order: given a dict, Trainer sorts it by the parameters' global
     # names (dense9_ after dense10_), so the indices that optimizer states are kept under
     # would depend on how many layers the process had made before.
-    return (list(params.values()) if hasattr(params, "values") else list(params)), stages
+    params = list(params.values()) if hasattr(params, "values") else list(params)
+    if not stages and params:
+        num_contexts = max(num_contexts, len(params[0].list_ctx()))
+    return params, stages, num_contexts
 
 
 # What MXNet's parameter servers can hold and sum: an array of another dtype aborts the server at
@@ -276,6 +292,10 @@ class TrainStep:
         if not isinstance(self.exchange, Exchange):
             raise ValueError(f"TrainStep takes a trainer made by gluondist.kvstore.make_trainer, "
                              f"not a {type(trainer).__name__}: make it with make_trainer")
+        if self.exchange.kv is not None and self.mode != Mode.of(self.exchange.kv):
+            raise ValueError(f"TrainStep was given kvstore {self.mode or 'None'!r}, and the "
+                             f"trainer exchanges through {Mode.of(self.exchange.kv)!r}: give "
+                             "the kvstore make_trainer got")
         # chunked gradients updated as their sums come back (gluondist.kv.updates): only
         # where each chunk's sum is final when it lands, not before a global norm's clipping
         self.chunk_updates = self.exchange.early and clip is None
@@ -313,6 +333,7 @@ class TrainStep:
 
     def _update(self, global_count: int, clock=None) -> None:
         trainer = self.trainer
+        check_amp(trainer)
         if self.async_mode:  # the servers update: push and pull are the whole step
             count = self.batch_size * self.accumulate  # the scale fixed on the servers
             if self.clip is not None:  # clip this worker's own gradient before it goes

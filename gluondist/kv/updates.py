@@ -176,9 +176,10 @@ class Updates:
     # what a checkpoint holds
 
     def dump(self, arrays: dict, copy: Callable) -> dict:
-        """The optimizer's state as JSON: its type, update counts and a tree per state whose
-        leaves are ``{"array": name}``, each array ``copy(name, array)`` put in ``arrays``
-        (every copy's states and counts are equal: the first's)."""
+        """The optimizer's state as JSON: its type, update counts, its and its scheduler's
+        plain attributes (the learning rate, Nadam's momentum schedule) and a tree per state
+        whose leaves are ``{"array": name}``, each array ``copy(name, array)`` put in
+        ``arrays`` (every copy's states and counts are equal: the first's)."""
         def leaf(array, name: str):
             if not isinstance(array, mx.nd.NDArray):
                 raise ValueError("cannot checkpoint an optimizer state of type "
@@ -187,15 +188,47 @@ class Updates:
             return {"array": name}
         states = {str(i): tree_map(lambda a, path: leaf(a, ".".join(map(str, (i, *path)))),
                                    s, list) for i, s in self.updater(0).states.items()}
-        tables = _mx.count_tables(self.optimizer)
+        opt = self.optimizer
+        tables = _mx.count_tables(opt)
         first = self.params[0].list_ctx()[0].device_id if self.params else 0
-        return {"type": type(self.optimizer).__name__, "num_update": self.optimizer.num_update,
+        return {"type": type(opt).__name__, "num_update": opt.num_update,
                 "states": states, "arrays": bool(arrays),
-                "update_counts": {str(i): c for i, c in tables.get(first, {}).items()}}
+                "update_counts": {str(i): c for i, c in tables.get(first, {}).items()},
+                "attributes": _plain(opt), "scheduler": _plain(opt.lr_scheduler)}
 
-    def load(self, meta: dict, arrays: dict) -> None:
+    def problem(self, meta, arrays: dict) -> Optional[str]:
+        """What keeps :meth:`load` from restoring ``meta`` and ``arrays`` into these
+        parameters and this optimizer, or None."""
+        try:
+            kind, states = meta["type"], meta["states"]
+            counts = {int(i): int(c) for i, c in meta["update_counts"].items()}
+            leaves_of = {int(i): leaves(tree) for i, tree in states.items()}
+            int(meta["num_update"])
+        except (TypeError, KeyError, ValueError, AttributeError):
+            return "its description is damaged"
+        if kind != type(self.optimizer).__name__:
+            return f"it holds the state of a {kind} optimizer, not {type(self.optimizer).__name__}"
+        beyond = [i for i in [*leaves_of, *counts] if not 0 <= i < len(self.params)]
+        if beyond:
+            return f"it holds the state of parameter {beyond[0]}, which this trainer lacks"
+        for i, found in leaves_of.items():
+            for leaf in found:
+                array = arrays.get(leaf.get("array") if isinstance(leaf, dict) else None)
+                if array is None:
+                    return "an array it names is missing"
+                if array.shape != self.params[i].shape:
+                    return (f"its state of parameter {i} ({self.params[i].name}) is shaped "
+                            f"{array.shape}, not {self.params[i].shape}: it is another net's")
+        return None
+
+    def load(self, meta: dict, arrays: dict, settings: bool = False) -> None:
         """The state :meth:`dump` wrote, on every copy (moved to each copy's device at its next
-        update)."""
+        update), with the optimizer's momentum schedule (Nadam's); with ``settings``, also its
+        and its scheduler's other attributes (the learning rate: what ``load_states`` of a
+        ``gluon.Trainer`` restores). ValueError, before any change, for what does not fit."""
+        wrong = self.problem(meta, arrays)
+        if wrong:
+            raise ValueError(wrong)
         self.restore_counts({int(i): c for i, c in meta["update_counts"].items()},
                             meta["num_update"])
         states = {int(i): tree_map(lambda leaf, _: arrays[leaf["array"]], tree, tuple)
@@ -204,6 +237,13 @@ class Updates:
             updater = self.updater(copy)
             updater.states = {i: tree_map(lambda a, _: a.copy(), s) for i, s in states.items()}
             updater.states_synced = dict.fromkeys(updater.states, False)
+        attributes = meta.get("attributes") or {}
+        for name in (attributes if settings else STATE_ATTRIBUTES):
+            if name in attributes and name != "num_update":
+                setattr(self.optimizer, name, attributes[name])
+        if settings and self.optimizer.lr_scheduler is not None:
+            for name, value in (meta.get("scheduler") or {}).items():
+                setattr(self.optimizer.lr_scheduler, name, value)
 
     def restore_counts(self, counts: Dict[int, int], num_update: int) -> None:
         """Every copy's update counts ``counts``; a pipeline's devices share one table."""
@@ -214,6 +254,18 @@ class Updates:
         self.optimizer.num_update = num_update
 
 
+# Attributes of an optimizer that its updates change (not settings): restored with its states
+STATE_ATTRIBUTES = ("m_schedule",)  # Nadam's momentum schedule, a product over every step
+
+
+def _plain(obj) -> dict:
+    """``obj``'s public attributes that JSON holds as they are (numbers, strings, None)."""
+    if obj is None:
+        return {}
+    return {k: v for k, v in vars(obj).items() if not k.startswith("_") and
+            (v is None or isinstance(v, (bool, int, float, str)))}
+
+
 def updates_of(trainer) -> Optional[Updates]:
     """The updates of ``trainer``: make_trainer's, or any ``gluon.Trainer``'s (over its own
     updaters, as a checkpoint of a hand-written loop's trainer needs); None where the servers
@@ -221,8 +273,13 @@ def updates_of(trainer) -> Optional[Updates]:
     exchange = getattr(trainer, "exchange", None)
     if exchange is not None:
         return None if exchange.servers_update else exchange.updates
-    if _mx.servers_update(trainer):
+    updating = _mx.kvstore_updating(trainer)
+    if updating and "dist" in updating:
         return None
+    if updating:
+        raise ValueError(f"this gluon.Trainer updates inside its {updating!r} kvstore, whose "
+                         "optimizer state a checkpoint cannot reach: make it with "
+                         "update_on_kvstore=False, or with gluondist.kvstore.make_trainer")
     updates = Updates(_mx.trainer_params(trainer), trainer.optimizer)
     updates._by_copy = dict(enumerate(_mx.trainer_updaters(trainer)))
     return updates

@@ -34,7 +34,8 @@ STUB = ('__version__ = "2.0.0"\n'
         "class _Features:\n    def is_enabled(self, name):\n        return True\n"
         "class runtime:\n    Features = _Features\n"
         "class context:\n    num_gpus = staticmethod(lambda: 0)\n")
-WRONG = f"gluondist runs on MXNet 1.9, not MXNet 2.0.0: install it: {INSTALL_HINT}"
+WRONG = (f"gluondist is tested with MXNet 1.9, not MXNet 2.0.0: install it ({INSTALL_HINT}), "
+         "or set GLUONDIST_UNTESTED_MXNET=1 to run this one untested")
 
 
 def test_another_mxnet_version_is_refused_in_one_line(tmp_path):
@@ -50,3 +51,8 @@ def test_another_mxnet_version_is_refused_in_one_line(tmp_path):
                               capture_output=True, text=True, env={**os.environ, **env})
     assert training.returncode == 1
     assert training.stderr.strip().splitlines()[-1] == f"ImportError: {WRONG}"
+    # the override: a warning, and on
+    env["GLUONDIST_UNTESTED_MXNET"] = "1"
+    proc = run_cli("env", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning    MXNet 2.0.0 is untested with gluondist (tested: 1.9)" in proc.stdout

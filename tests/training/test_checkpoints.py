@@ -361,3 +361,22 @@ def test_restore_net_refuses_another_models_checkpoint_in_one_line(small, tmp_pa
                                          r"\[16\] here, .*\); restore it into the model that "
                                          r"wrote it, or give this one a directory of its own$"):
         checkpoint.restore_net(checkpoint.load_latest(tmp_path), other)
+
+
+def test_a_gluon_trainer_that_updates_inside_a_local_kvstore_is_refused_in_one_line(tmp_path):
+    """MXNet's Trainer on two devices updates inside its 'device' kvstore by default, where a
+    checkpoint cannot reach the optimizer's state: refused, rather than saved without it."""
+    net = mx.gluon.nn.Dense(3, in_units=4)
+    net.initialize(ctx=[mx.cpu(0), mx.cpu(1)])
+    trainer = mx.gluon.Trainer(net.collect_params(), "sgd", {"momentum": 0.9},
+                               kvstore="device")
+    for ctx in (mx.cpu(0), mx.cpu(1)):
+        with mx.autograd.record():
+            loss = net(mx.nd.ones((2, 4), ctx=ctx)).sum()
+        loss.backward()
+    trainer.step(4)
+    state = checkpoint.RunState(seed=0, signature=checkpoint.signature(net),
+                                history={}, rng=checkpoint.rng_states(), callbacks={})
+    with pytest.raises(ValueError, match="updates inside its 'device' kvstore.*"
+                                         "update_on_kvstore=False"):
+        checkpoint.save(tmp_path, 0, net, trainer, state)

@@ -115,28 +115,28 @@ def _adam_steps(trainer, net, ctxs, steps, seed):
         trainer.step(8)
 
 
-def _trained(ctxs, steps=2):
+def _trained(ctxs, steps=2, optimizer="adam"):
     mx.random.seed(3)
     net = mx.gluon.nn.Dense(3, in_units=5)
     net.initialize(mx.init.Xavier(), ctx=ctxs)
-    trainer = kvstore.make_trainer(net.collect_params(), "adam", {"learning_rate": 0.01,
-                                   "lr_scheduler": mx.lr_scheduler.FactorScheduler(2, 0.5)},
-                                   kvstore="device" if len(ctxs) > 1 else None,
-                                   num_contexts=len(ctxs))
+    trainer = kvstore.make_trainer(net.collect_params(), optimizer, {"learning_rate": 0.01,
+                                   "lr_scheduler": mx.lr_scheduler.FactorScheduler(2, 0.5)})
     _adam_steps(trainer, net, ctxs, steps, 0)
     return net, trainer
 
 
-def test_saved_trainer_states_resume_exactly_and_hold_no_pickle(tmp_path):
-    """make_trainer's save_states: states, update counts and the optimizer's type as arrays
-    and JSON (mx.nd.load reads it; no pickle), and a trainer that loads them steps on as the
-    one that wrote them, array by array, on two devices."""
+@pytest.mark.parametrize("optimizer", ["adam", "nadam"])  # nadam: its momentum schedule
+def test_saved_trainer_states_resume_exactly_and_hold_no_pickle(tmp_path, optimizer):
+    """make_trainer's save_states: states, update counts, the optimizer's type and plain
+    attributes as arrays and JSON (mx.nd.load reads it; no pickle), and a trainer that loads
+    them steps on as the one that wrote them, array by array, on two devices (which
+    make_trainer finds on the parameters: their copies are summed)."""
     ctxs = [mx.cpu(0), mx.cpu(1)]
-    net, trainer = _trained(ctxs)
+    net, trainer = _trained(ctxs, optimizer=optimizer)
     trainer.save_states(str(tmp_path / "states"))
     assert (tmp_path / "states").read_bytes()[:1] != b"\x80"  # a pickle's first opcode
     assert set(mx.nd.load(str(tmp_path / "states"))) >= {"0.0", "0.1", "gluondist.states"}
-    other, resumed = _trained(ctxs, steps=0)
+    other, resumed = _trained(ctxs, steps=0, optimizer=optimizer)
     for mine, theirs in zip(net.collect_params().values(), other.collect_params().values()):
         for ctx in ctxs:
             theirs.data(ctx)[:] = mine.data(ctx)
@@ -158,5 +158,51 @@ def test_loading_another_optimizers_states_is_one_line(tmp_path):
     with pytest.raises(ValueError, match="holds the state of a Adam optimizer, not SGD"):
         sgd.load_states(str(tmp_path / "states"))
     mx.nd.save(str(tmp_path / "other"), {"x": mx.nd.ones(1)})
-    with pytest.raises(ValueError, match="holds no trainer states written by save_states"):
+    with pytest.raises(ValueError, match="holds no trainer states written by gluondist's"):
         sgd.load_states(str(tmp_path / "other"))
+    (tmp_path / "garbage").write_bytes(b"not an MXNet file")
+    for name in ("garbage", "missing"):
+        with pytest.raises(ValueError, match=f"cannot read trainer states from .*{name}"):
+            sgd.load_states(str(tmp_path / name))
+    wide = mx.gluon.nn.Dense(4, in_units=5)  # Adam too, but another net: refused, unchanged
+    wide.initialize()
+    adam = kvstore.make_trainer(wide.collect_params(), "adam", kvstore=None)
+    with pytest.raises(ValueError, match=r"state of parameter 0 \(.*\) is shaped \(3, 5\)"):
+        adam.load_states(str(tmp_path / "states"))
+    assert adam.optimizer.num_update == 0
+
+
+def test_load_states_restores_the_learning_rate_as_gluons_does(tmp_path):
+    net = mx.gluon.nn.Dense(3, in_units=5)
+    net.initialize()
+    trainer = kvstore.make_trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                                   kvstore=None)
+    trainer.set_learning_rate(0.001)
+    trainer.save_states(str(tmp_path / "states"))
+    fresh = kvstore.make_trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                                 kvstore=None)
+    fresh.load_states(str(tmp_path / "states"))
+    assert fresh.learning_rate == 0.001
+
+
+def test_amp_loss_scaling_is_refused_by_step_and_trainstep():
+    net = mx.gluon.nn.Dense(3, in_units=5)
+    net.initialize()
+    trainer = kvstore.make_trainer(net.collect_params(), "sgd", kvstore=None)
+    step = kvstore.TrainStep(trainer, None, [mx.cpu()], 4)
+    trainer._amp_loss_scaler = object()  # what amp.init_trainer(trainer) sets
+    with mx.autograd.record():
+        loss = net(mx.nd.ones((4, 5))).sum()
+    loss.backward()
+    for attempt in (lambda: trainer.step(4), lambda: step(4)):
+        with pytest.raises(ValueError, match="AMP's loss scaling .* is not supported"):
+            attempt()
+
+
+def test_trainstep_refuses_a_kvstore_other_than_the_trainers():
+    net = mx.gluon.nn.Dense(3, in_units=5)
+    net.initialize(ctx=[mx.cpu(0), mx.cpu(1)])
+    trainer = kvstore.make_trainer(net.collect_params(), "sgd")  # sums the two copies
+    assert trainer.exchange.kv.type == "device"
+    with pytest.raises(ValueError, match="given kvstore 'None', and the trainer exchanges"):
+        kvstore.TrainStep(trainer, None, [mx.cpu(0), mx.cpu(1)], 4)

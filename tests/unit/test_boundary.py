@@ -1,10 +1,13 @@
-"""Where gluondist reaches below MXNet's public door: every private attribute of MXNet's classes
-(read, written, overridden, or named in getattr) and every call into libmxnet, found by reading
-gluondist's code, lives in the boundary modules CONTRIBUTING lists (gluondist/_mx.py for
-training, the server's and the bootstrap's for their processes)."""
+"""Where gluondist reaches below MXNet's public door: every private name of MXNet's (an attribute
+read, written, overridden, named in getattr or attrgetter, imported from an MXNet module) and
+every call into libmxnet, found by reading gluondist's code, lives in the boundary modules
+CONTRIBUTING lists (gluondist/_mx.py for training, the server's and the bootstrap's for their
+processes)."""
 import ast
 import os
 import re
+import warnings
+from functools import lru_cache
 from pathlib import Path
 
 import mxnet as mx
@@ -13,51 +16,74 @@ from conftest import ROOT
 
 BOUNDARY = {"gluondist/_mx.py", "gluondist/launcher/child/server.py",
             "gluondist/launcher/child/bootstrap.py"}
-# MXNet's classes the issue names (Trainer, Optimizer, Updater, Parameter, Block, KVStore,
-# DataLoader, samplers), the datasets and losses fit reads, NDArray, and mxnet.base
-MXNET_SOURCES = ["gluon/trainer.py", "optimizer/optimizer.py", "gluon/parameter.py",
-                 "gluon/block.py", "kvstore/kvstore.py", "kvstore/base.py",
-                 "gluon/data/dataloader.py", "gluon/data/sampler.py", "gluon/data/dataset.py",
-                 "gluon/loss.py", "ndarray/ndarray.py", "base.py", "contrib/amp/amp.py"]
 C_SYMBOL = re.compile(r"^(MX|NN)[A-Z]\w*[a-z]\w*$")  # libmxnet's C API (not MXNET_ variables)
 PUBLIC = {"MXNetError"}  # mxnet.base's exception, public
+LOOKUPS = ("getattr", "setattr", "hasattr", "delattr", "attrgetter")
 
 
-def private(name: str) -> bool:
-    return name.startswith("_") and not name.startswith("__")
+def private(name) -> bool:
+    return isinstance(name, str) and name.startswith("_") and not name.startswith("__")
 
 
-def mxnet_private_names() -> set:
-    """Every private name MXNet's sources of those classes define or use."""
-    root = Path(mx.__file__).parent
+@lru_cache()
+def mxnet_private_names() -> frozenset:
+    """Every private name MXNet's Python defines or uses, in any of its modules."""
     names = set()
-    for source in MXNET_SOURCES:
-        for node in ast.walk(ast.parse((root / source).read_text())):
+    for path in Path(mx.__file__).parent.rglob("*.py"):
+        try:
+            with warnings.catch_warnings():  # MXNet's invalid escapes in docstrings
+                warnings.simplefilter("ignore")
+                tree = ast.parse(path.read_text())
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and private(node.attr):
                 names.add(node.attr)
             elif isinstance(node, (ast.FunctionDef, ast.ClassDef)) and private(node.name):
                 names.add(node.name)
-            elif isinstance(node, ast.Name) and private(node.id) and source == "base.py":
+            elif isinstance(node, ast.Name) and private(node.id) and \
+                    isinstance(node.ctx, ast.Store):
                 names.add(node.id)
-    return names
+    return frozenset(names)
 
 
-def derives_from_mxnet(cls: ast.ClassDef) -> bool:
-    """A class of MXNet's as a base: ``mx.*``, ``_mx.*``, or a Trainer (gluondist's derive from
-    MXNet's)."""
-    bases = " ".join(ast.unparse(b) for b in cls.bases)
-    return "mx." in bases or "Trainer" in bases
+def mxnet_bound(tree) -> set:
+    """The module's names that stand for MXNet: its imports from mxnet (and gluondist's _mx),
+    and module-level names assigned from those (``Base = mx.gluon.Trainer``)."""
+    bound = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names
+                      if a.name.split(".")[0] == "mxnet"}
+        elif isinstance(node, ast.ImportFrom) and ((node.module or "").split(".")[0] ==
+                                                   "mxnet" or (node.module or "") == "_mx"
+                                                   or any(a.name == "_mx" for a in node.names)):
+            bound |= {a.asname or a.name for a in node.names}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and roots(node.value) & bound:
+            bound |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return bound
 
 
-def own_attributes(tree) -> dict:
+def roots(expr) -> set:
+    """The names an expression starts from."""
+    return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+
+
+def derives_from_mxnet(cls: ast.ClassDef, bound: set) -> bool:
+    """A class of MXNet's as a base: named through the module's MXNet names, or a Trainer or
+    Block (gluondist's own derive from MXNet's)."""
+    return any(roots(b) & bound or re.search(r"(Trainer|Block)\b", ast.unparse(b))
+               for b in cls.bases)
+
+
+def own_attributes(tree, bound: set) -> dict:
     """For each class of gluondist that does not derive from one of MXNet's, the private
     attributes it sets or defines itself (``self._x = ...``, ``def _x``): its own, whatever
     their name."""
     own = {}
     for node in ast.walk(tree):
-        if not isinstance(node, ast.ClassDef):
-            continue
-        if derives_from_mxnet(node):
+        if not isinstance(node, ast.ClassDef) or derives_from_mxnet(node, bound):
             continue
         names = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
         for sub in ast.walk(node):
@@ -71,10 +97,27 @@ def own_attributes(tree) -> dict:
     return own
 
 
-def reaches(path: Path, names: set) -> list:
+def strings(expr) -> list:
+    """The string constants in an expression (a name built as ``"_" + "params"`` included)."""
+    return [n.value for n in ast.walk(expr) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str)]
+
+
+def lookup(call: ast.Call):
+    """The name argument of getattr, setattr, hasattr, delattr or attrgetter, or None."""
+    func = call.func.attr if isinstance(call.func, ast.Attribute) else \
+        getattr(call.func, "id", None)
+    if func == "attrgetter" and call.args:
+        return call.args[0]
+    return call.args[1] if func in LOOKUPS and len(call.args) > 1 else None
+
+
+def reaches(path: Path, names=None) -> list:
     """``(line, what)`` for each private MXNet name and C symbol the module uses."""
+    names = mxnet_private_names() if names is None else names
     tree = ast.parse(path.read_text())
-    own = own_attributes(tree)
+    bound = mxnet_bound(tree)
+    own = own_attributes(tree, bound)
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
@@ -84,21 +127,28 @@ def reaches(path: Path, names: set) -> list:
                 found.append((node.lineno, node.attr))
             elif node.attr in names and not mine:
                 found.append((node.lineno, node.attr))
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-                node.func.id in ("getattr", "setattr", "hasattr") and len(node.args) > 1 and \
-                isinstance(node.args[1], ast.Constant) and node.args[1].value in names:
-            found.append((node.lineno, node.args[1].value))
-        elif isinstance(node, ast.ClassDef) and derives_from_mxnet(node):
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mxnet"):
+            found += [(node.lineno, a.name) for a in node.names if private(a.name)]
+        elif isinstance(node, ast.Call) and lookup(node) is not None:
+            arg = lookup(node)  # the name looked up: a constant, or built at run time
+            found += [(node.lineno, s) for s in strings(arg)
+                      if s in names or private(s) and not isinstance(arg, ast.Constant)]
+        elif isinstance(node, ast.Subscript) and re.search(r"\bvars\(|__dict__",
+                                                             ast.unparse(node.value)):
+            found += [(node.lineno, s) for s in strings(node.slice) if s in names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                C_SYMBOL.match(node.value) and node.value not in PUBLIC:
+            found.append((node.lineno, node.value))  # getattr(lib, "MX...")
+        elif isinstance(node, ast.ClassDef) and derives_from_mxnet(node, bound):
             found += [(f.lineno, f"def {f.name}") for f in node.body  # overrides
                       if isinstance(f, ast.FunctionDef) and f.name in names]
     return found
 
 
 def scan() -> dict:
-    names = mxnet_private_names()
     sites = {}
     for path in sorted((ROOT / "gluondist").rglob("*.py")):
-        found = reaches(path, names)
+        found = reaches(path)
         if found:
             sites[str(path.relative_to(ROOT))] = found
     return sites
@@ -115,20 +165,63 @@ def test_every_private_name_and_c_call_of_mxnet_is_in_a_boundary_module():
         print(module, sorted({what for _, what in found}))
 
 
-def test_the_scan_finds_a_private_name_a_c_call_and_an_override(tmp_path):
-    """The scan is not blind: a module reaching in each way is caught."""
+PROBE = '''
+import operator
+import mxnet as mx
+from mxnet.gluon import nn
+from mxnet.gluon.block import _flatten
+from mxnet.base import _LIB as lib
+
+Base = mx.gluon.Trainer
+
+
+class T(Base):
+    def _allreduce_grads(self):
+        return self._params
+
+
+class B(nn.HybridBlock):
+    def _get_graph(self, *args):
+        return None
+
+
+class Own:
+    def __init__(self):
+        self._params = []
+
+    def n(self):
+        return self._params
+
+
+def f(trainer, loss, layer, name):
+    getattr(lib, "MXNDArrayWaitAll")()
+    getattr(loss, "_axis", 1)
+    getattr(trainer, "_" + "scale")
+    getattr(trainer, f"_{name}")
+    operator.attrgetter("_updaters")(trainer)
+    vars(trainer)["_kvstore"]
+    layer._hidden_size
+    return trainer._optimizer
+'''
+
+
+def test_the_scan_finds_each_way_of_reaching_in(tmp_path):
+    """The scan is not blind: a module reaching in each way is caught, and a class of its own
+    keeps its own names."""
     probe = tmp_path / "probe.py"
-    probe.write_text("class T(mx.gluon.Trainer):\n    def _allreduce_grads(self):\n"
-                     "        return self._params\n\n"
-                     "class Own:\n    def __init__(self):\n        self._params = []\n"
-                     "    def n(self):\n        return self._params\n\n"
-                     "def f(trainer, lib, loss):\n    lib.MXNDArrayGetData\n"
-                     "    getattr(loss, '_axis', 1)\n    return trainer._optimizer\n")
-    found = {what for _, what in reaches(probe, mxnet_private_names())}
-    assert found == {"def _allreduce_grads", "_params", "MXNDArrayGetData", "_axis",
-                     "_optimizer"}
-    assert [line for line, what in reaches(probe, mxnet_private_names())
-            if what == "_params"] == [3]  # the subclass's, not Own's
+    probe.write_text(PROBE)
+    found = reaches(probe)
+    # a name built at run time ("_" + "scale", f"_{name}") is caught by its private prefix
+    assert {what for _, what in found} == {
+        "_flatten", "_LIB", "def _allreduce_grads", "_params", "def _get_graph",
+        "MXNDArrayWaitAll", "_axis", "_", "_updaters", "_kvstore", "_hidden_size",
+        "_optimizer"}
+    assert sum(what == "_" for _, what in found) == 2
+    lines = PROBE.splitlines()  # T's self._params, not Own's
+    assert [lines[line - 1].strip() for line, what in found if what == "_params"] == \
+        ["return self._params"]
+    assert [line for line, what in found if what == "_params"][0] < \
+        PROBE[:PROBE.index("class Own")].count("\n") + 1
 
 
 def test_contributing_names_the_boundary_modules():

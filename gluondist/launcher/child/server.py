@@ -26,7 +26,7 @@ import sys
 import traceback
 from typing import NoReturn
 
-from ... import INSTALL_HINT, envvars as ev, mxnet_version_problem, wire
+from ... import INSTALL_HINT, envvars as ev, mxnet_untested, mxnet_version_problem, wire
 from . import SERVER
 
 FAILED = 1  # the exit code of a server whose Python code (controller, optimizer) raised
@@ -102,9 +102,11 @@ def _library():
         message = " ".join(str(exc).split())
         _die(f"mxnet at {os.path.dirname(spec.origin)} cannot load its library ({message}); "
              f"reinstall it for {sys.executable}")
-    problem = mxnet_version_problem(getattr(libinfo, "__version__", "of no version"))
-    if problem:
-        _die(problem)
+    version = getattr(libinfo, "__version__", "of no version")
+    if mxnet_version_problem(version):
+        _die(mxnet_version_problem(version))
+    if mxnet_untested(version):
+        print(f"gluondist: warning: {mxnet_untested(version)}", file=sys.stderr, flush=True)
     library.MXGetLastError.restype = ctypes.c_char_p
     return library
 
