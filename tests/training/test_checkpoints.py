@@ -380,3 +380,13 @@ def test_a_gluon_trainer_that_updates_inside_a_local_kvstore_is_refused_in_one_l
     with pytest.raises(ValueError, match="updates inside its 'device' kvstore.*"
                                          "update_on_kvstore=False"):
         checkpoint.save(tmp_path, 0, net, trainer, state)
+
+
+def test_nadam_resumed_mid_epoch_equals_an_uninterrupted_run(small, tmp_path):
+    """Nadam's momentum schedule (a product over every step, an attribute of the optimizer, not
+    a state array) travels in the checkpoint: the resumed run ends bit-equal, array by array."""
+    kw = dict(epochs=3, optimizer="nadam", optimizer_params={"learning_rate": 0.01})
+    full, _ = fit_mlp(small[0], **kw)
+    fit_mlp(small[0], checkpoint_dir=tmp_path, callbacks=[StopAt(1, 3)], **kw)
+    resumed, _ = fit_mlp(small[0], checkpoint_dir=tmp_path, **kw)
+    assert same_params(full, resumed)
