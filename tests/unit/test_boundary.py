@@ -73,8 +73,14 @@ def roots(expr) -> set:
 def derives_from_mxnet(cls: ast.ClassDef, bound: set) -> bool:
     """A class of MXNet's as a base: named through the module's MXNet names, or a Trainer or
     Block (gluondist's own derive from MXNet's)."""
-    return any(roots(b) & bound or re.search(r"(Trainer|Block)\b", ast.unparse(b))
+    return any(roots(b) & bound or re.search(r"(Trainer|Block)\b", " ".join(words(b)))
                for b in cls.bases)
+
+
+def words(expr) -> list:
+    """The names and attribute names in an expression (``ast.unparse`` is Python 3.9's)."""
+    return [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(expr)
+            if isinstance(n, (ast.Name, ast.Attribute))]
 
 
 def own_attributes(tree, bound: set) -> dict:
@@ -133,8 +139,9 @@ def reaches(path: Path, names=None) -> list:
             arg = lookup(node)  # the name looked up: a constant, or built at run time
             found += [(node.lineno, s) for s in strings(arg)
                       if s in names or private(s) and not isinstance(arg, ast.Constant)]
-        elif isinstance(node, ast.Subscript) and re.search(r"\bvars\(|__dict__",
-                                                             ast.unparse(node.value)):
+        elif isinstance(node, ast.Subscript) and (
+                isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == "vars"
+                or isinstance(node.value, ast.Attribute) and node.value.attr == "__dict__"):
             found += [(node.lineno, s) for s in strings(node.slice) if s in names]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
                 C_SYMBOL.match(node.value) and node.value not in PUBLIC:
