@@ -317,9 +317,9 @@ class FP16(Compression):
         kv.init(list(keys), [mx.nd.zeros((n,), dtype="float16") for n in sizes])
 
     def begin(self, keys: List[int]) -> None:
-        """A key pushed again: a new step, and the previous one's sums were not read (a
-        hand-written loop's trainer.step calls no check()): read now, before this push, so
-        they neither pile up nor go unread. (Within a step Trainer pushes key after key, and
+        """A key pushed again: a new step, and the previous one's sums were not read (a loop
+        of allreduce_grads and update calls no check()): read now, before this push, so they
+        neither pile up nor go unread. (Within a step the exchange pushes key after key, and
         reading a sum there would make the next key's push wait for this key's pull.)"""
         if self._pushed.intersection(keys):
             self.check()

@@ -28,6 +28,7 @@ def test_each_compression_in_a_two_worker_job(launch, tmp_path):
     assert notes["overflow"].startswith("compression='fp16' overflowed: a gradient element")
     assert notes["untouched"] == np.float32(0.1)  # refused before the update
     assert notes["own_loop"].startswith("compression='fp16' overflowed: a gradient element")
+    assert notes["own_loop_untouched"]  # trainer.step refuses it before its update too
     assert notes["float16"].startswith("compression='fp16' sends float32 gradients as float16, "
                                        "and parameter ") and "is float16: cast" in notes["float16"]
     assert notes["differ"].startswith("workers gave different compression=; every worker")
