@@ -115,6 +115,9 @@ class Trainer(_mx.Trainer):
 
     def set_learning_rate(self, lr):
         self._check_sync("set_learning_rate")
+        if self.optimizer.lr_scheduler is not None:  # MXNet raises from inside the optimizer
+            raise ValueError("set_learning_rate with an lr_scheduler, which sets the rate each "
+                             "step: change the scheduler's base_lr, or train without one")
         super().set_learning_rate(lr)
 
     def save_states(self, fname):
@@ -123,18 +126,22 @@ class Trainer(_mx.Trainer):
         meta = self.exchange.updates.dump(arrays, lambda _, array: array.copyto(mx.cpu()))
         arrays[STATES_META] = mx.nd.array(np.frombuffer(json.dumps(meta).encode(), np.uint8),
                                           dtype="uint8")
-        mx.nd.save(fname, arrays)
+        try:
+            mx.nd.save(fname, arrays)
+        except mx.base.MXNetError as exc:  # a missing directory, a full disk
+            raise OSError(f"cannot write trainer states to {fname} ({_reason(exc)})") from None
 
     def load_states(self, fname):
         self._check_sync("load_states")
         try:
-            arrays = mx.nd.load(fname)
+            with open(fname, "rb") as f:
+                pickled = f.read(1) == b"\x80"  # gluon.Trainer.save_states' pickle
+            arrays = {} if pickled else mx.nd.load(fname)
             meta = json.loads(arrays.pop(STATES_META).asnumpy().tobytes()) \
                 if isinstance(arrays, dict) and STATES_META in arrays else None
         except (OSError, ValueError, mx.base.MXNetError) as exc:  # missing, not MXNet's
-            reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-            raise ValueError(f"cannot read trainer states from {fname} ({reason}); give a file "
-                             "that save_states wrote") from None
+            raise ValueError(f"cannot read trainer states from {fname} ({_reason(exc)}); give "
+                             "a file that save_states wrote") from None
         if meta is None:
             raise ValueError(f"{fname} holds no trainer states written by gluondist's "
                              "save_states (gluon.Trainer's are pickles, which it does not read)")
@@ -148,6 +155,14 @@ class Trainer(_mx.Trainer):
             raise ValueError(f"{what}() under dist_async, where the servers hold the optimizer "
                              "and update: set the optimizer before make_trainer and call step() "
                              "(or use dist_sync)")
+
+
+def _reason(exc: BaseException) -> str:
+    """An error's own words: MXNet's last line, not its C++ stack."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[-1].strip()[:200] if lines else type(exc).__name__
 
 
 def check_amp(trainer) -> None:
@@ -176,7 +191,10 @@ def _parameters(params, num_contexts: int) -> Tuple[list, bool, int]:
     # names (dense9_ after dense10_), so the indices that optimizer states are kept under
     # would depend on how many layers the process had made before.
     params = list(params.values()) if hasattr(params, "values") else list(params)
-    if not stages and params:
+    if not params:
+        raise ValueError("make_trainer got no parameters: give a net's collect_params() (or a "
+                         "list of its Parameters)")
+    if not stages:
         num_contexts = max(num_contexts, len(params[0].list_ctx()))
     return params, stages, num_contexts
 
@@ -292,7 +310,7 @@ class TrainStep:
         if not isinstance(self.exchange, Exchange):
             raise ValueError(f"TrainStep takes a trainer made by gluondist.kvstore.make_trainer, "
                              f"not a {type(trainer).__name__}: make it with make_trainer")
-        if self.exchange.kv is not None and self.mode != Mode.of(self.exchange.kv):
+        if self.mode != Mode.of(self.exchange.kv):
             raise ValueError(f"TrainStep was given kvstore {self.mode or 'None'!r}, and the "
                              f"trainer exchanges through {Mode.of(self.exchange.kv)!r}: give "
                              "the kvstore make_trainer got")

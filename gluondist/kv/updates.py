@@ -87,10 +87,18 @@ class Updates:
                 _mx.mark_updated(weight)
                 todo.setdefault(str(weight.context) if self.stages else copy, []).append(
                     (i, grad, weight))
-        if apply:
-            for slot, group in todo.items():
-                index, grads, weights = zip(*group)
-                self.updater(0 if self.stages else slot)(list(index), list(grads), list(weights))
+        if not apply:
+            return
+        # what an update changes on the optimizer itself (Nadam's momentum schedule) advances
+        # once per step: each device's copy starts from where the step began
+        opt = self.optimizer
+        kept = {name: getattr(opt, name) for name in STATE_ATTRIBUTES if hasattr(opt, name)}
+        for slot, group in todo.items():
+            if not self.stages:  # a pipeline's devices hold different parameters: one copy
+                for name, value in kept.items():
+                    setattr(opt, name, value)
+            index, grads, weights = zip(*group)
+            self.updater(0 if self.stages else slot)(list(index), list(grads), list(weights))
 
     # pieces of chunked gradients
 
@@ -212,13 +220,25 @@ class Updates:
         if beyond:
             return f"it holds the state of parameter {beyond[0]}, which this trainer lacks"
         for i, found in leaves_of.items():
-            for leaf in found:
-                array = arrays.get(leaf.get("array") if isinstance(leaf, dict) else None)
-                if array is None:
-                    return "an array it names is missing"
-                if array.shape != self.params[i].shape:
-                    return (f"its state of parameter {i} ({self.params[i].name}) is shaped "
-                            f"{array.shape}, not {self.params[i].shape}: it is another net's")
+            if any(arrays.get(leaf.get("array") if isinstance(leaf, dict) else None) is None
+                   for leaf in found):
+                return "an array it names is missing"
+            param = self.params[i]
+            have = tree_map(lambda leaf, _: _kind(arrays[leaf["array"]]), states[str(i)], list)
+            want = tree_map(lambda a, _: _kind(a), self.optimizer.create_state_multi_precision(
+                i, param.list_data()[0]), list)
+            if have != want:
+                return (f"its state of parameter {i} ({param.name}) holds "
+                        f"[{', '.join(leaves(have))}], where this trainer's holds "
+                        f"[{', '.join(leaves(want))}]: it is another net's or setting's")
+        for mine, theirs in ((self.optimizer, meta.get("attributes")),
+                             (self.optimizer.lr_scheduler, meta.get("scheduler"))):
+            if not isinstance(theirs or {}, dict):
+                return "its description is damaged"
+            odd = [k for k, v in (theirs or {}).items() if mine is not None and
+                   hasattr(mine, k) and _sort(v) != _sort(getattr(mine, k))]
+            if odd:
+                return f"its {type(mine).__name__} {odd[0]} is {theirs[odd[0]]!r}, of another kind"
         return None
 
     def load(self, meta: dict, arrays: dict, settings: bool = False) -> None:
@@ -256,6 +276,18 @@ class Updates:
 
 # Attributes of an optimizer that its updates change (not settings): restored with its states
 STATE_ATTRIBUTES = ("m_schedule",)  # Nadam's momentum schedule, a product over every step
+
+
+def _kind(array) -> str:
+    """What a state array must match: its shape and dtype."""
+    return f"{tuple(array.shape)} {np.dtype(array.dtype).name}"
+
+
+def _sort(value) -> str:
+    """An attribute value's sort: a number (bools included), a string, None or other."""
+    if isinstance(value, (bool, int, float)):
+        return "number"
+    return "string" if isinstance(value, str) else "none" if value is None else "other"
 
 
 def _plain(obj) -> dict:

@@ -167,7 +167,7 @@ def test_loading_another_optimizers_states_is_one_line(tmp_path):
     wide = mx.gluon.nn.Dense(4, in_units=5)  # Adam too, but another net: refused, unchanged
     wide.initialize()
     adam = kvstore.make_trainer(wide.collect_params(), "adam", kvstore=None)
-    with pytest.raises(ValueError, match=r"state of parameter 0 \(.*\) is shaped \(3, 5\)"):
+    with pytest.raises(ValueError, match=r"state of parameter 0 \(.*\) holds \[\(3, 5\) float32"):
         adam.load_states(str(tmp_path / "states"))
     assert adam.optimizer.num_update == 0
 
@@ -204,5 +204,39 @@ def test_trainstep_refuses_a_kvstore_other_than_the_trainers():
     net.initialize(ctx=[mx.cpu(0), mx.cpu(1)])
     trainer = kvstore.make_trainer(net.collect_params(), "sgd")  # sums the two copies
     assert trainer.exchange.kv.type == "device"
-    with pytest.raises(ValueError, match="given kvstore 'None', and the trainer exchanges"):
+    with pytest.raises(ValueError, match="given kvstore 'None', and the trainer exchanges "
+                                         "through 'device'"):
         kvstore.TrainStep(trainer, None, [mx.cpu(0), mx.cpu(1)], 4)
+    alone = kvstore.make_trainer(net.collect_params(), "sgd", kvstore=None)
+    with pytest.raises(ValueError, match="given kvstore 'device', and the trainer exchanges "
+                                         "through None"):
+        kvstore.TrainStep(alone, mx.kv.create("device"), [mx.cpu(0), mx.cpu(1)], 4)
+
+
+def test_nadams_copies_on_two_devices_stay_those_of_one_device():
+    """Nadam's momentum schedule lives on the optimizer, which every device's updater shares:
+    each copy's update starts from the step's schedule, so the copies stay equal, and equal to
+    one device's (within the order of the two parts' sums)."""
+    def run(ctxs):
+        net, _ = _trained(ctxs, steps=4, optimizer="nadam")
+        return net
+    one, two = run([mx.cpu()]), run([mx.cpu(0), mx.cpu(1)])
+    for (name, a), b in zip(one.collect_params().items(), two.collect_params().values()):
+        assert np.array_equal(b.data(mx.cpu(0)).asnumpy(), b.data(mx.cpu(1)).asnumpy()), name
+        np.testing.assert_allclose(b.data(mx.cpu(0)).asnumpy(), a.data().asnumpy(),
+                                   rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+def test_make_trainer_refuses_no_parameters_and_an_unwritable_file_in_one_line(tmp_path):
+    with pytest.raises(ValueError, match="make_trainer got no parameters"):
+        kvstore.make_trainer([], "sgd", kvstore=None)
+    _, trainer = _trained([mx.cpu()], steps=1)
+    with pytest.raises(ValueError, match="set_learning_rate with an lr_scheduler"):
+        trainer.set_learning_rate(0.5)
+    with pytest.raises(OSError, match="cannot write trainer states to .*missing/states"):
+        trainer.save_states(str(tmp_path / "missing" / "states"))
+    (tmp_path / "pickle").write_bytes(b"\x80\x04junk")
+    with pytest.raises(ValueError, match="holds no trainer states .*pickles"):
+        trainer.load_states(str(tmp_path / "pickle"))
+    with pytest.raises(ValueError, match=r"from .*nothing here \(no such file or directory\)"):
+        trainer.load_states(str(tmp_path / "nothing here"))

@@ -17,7 +17,7 @@ from conftest import ROOT
 BOUNDARY = {"gluondist/_mx.py", "gluondist/launcher/child/server.py",
             "gluondist/launcher/child/bootstrap.py"}
 C_SYMBOL = re.compile(r"^(MX|NN)[A-Z]\w*[a-z]\w*$")  # libmxnet's C API (not MXNET_ variables)
-PUBLIC = {"MXNetError"}  # mxnet.base's exception, public
+C_PREFIX = {"MX", "NN"}  # a symbol's name built at run time ("MX" + "NDArrayWaitAll")
 LOOKUPS = ("getattr", "setattr", "hasattr", "delattr", "attrgetter")
 
 
@@ -25,11 +25,24 @@ def private(name) -> bool:
     return isinstance(name, str) and name.startswith("_") and not name.startswith("__")
 
 
+# The classes the issue names: their private names are refused even inside a string (a name
+# kept in a constant, eval, __dict__.get, object.__getattribute__, type(...) with a dict)
+CORE = ("gluon/trainer.py", "optimizer/optimizer.py", "gluon/parameter.py", "gluon/block.py",
+        "kvstore/kvstore.py", "kvstore/base.py", "gluon/data/dataloader.py",
+        "gluon/data/sampler.py", "ndarray/ndarray.py", "base.py")
+# mxnet's public names that look like C symbols
+PUBLIC = {n for module in (mx, mx.recordio, mx.io, mx.base) for n in dir(module)
+          if not private(n)}
+
+
 @lru_cache()
-def mxnet_private_names() -> frozenset:
-    """Every private name MXNet's Python defines or uses, in any of its modules."""
-    names = set()
-    for path in Path(mx.__file__).parent.rglob("*.py"):
+def mxnet_private_names(sources=None) -> frozenset:
+    """Every private name MXNet's Python defines, uses or imports, in any of its modules (or
+    in ``sources``), and its private modules."""
+    root = Path(mx.__file__).parent
+    names = {part.split(".")[0] for path in root.rglob("*") for part in
+             path.relative_to(root).parts if private(part)} if sources is None else set()
+    for path in ([root / s for s in sources] if sources else root.rglob("*.py")):
         try:
             with warnings.catch_warnings():  # MXNet's invalid escapes in docstrings
                 warnings.simplefilter("ignore")
@@ -44,7 +57,21 @@ def mxnet_private_names() -> frozenset:
             elif isinstance(node, ast.Name) and private(node.id) and \
                     isinstance(node.ctx, ast.Store):
                 names.add(node.id)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names |= {p for a in node.names for p in a.name.split(".") if private(p)}
     return frozenset(names)
+
+
+def private_tokens(text: str) -> set:
+    """The private names a string holds: alone, or after a dot (``"trainer._optimizer"``)."""
+    return set(re.findall(r"(?:^|(?<=[^\w]))_[A-Za-z]\w*", text))
+
+
+def docstrings(tree) -> set:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+            and node.body and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)}
 
 
 def mxnet_bound(tree) -> set:
@@ -124,8 +151,16 @@ def reaches(path: Path, names=None) -> list:
     tree = ast.parse(path.read_text())
     bound = mxnet_bound(tree)
     own = own_attributes(tree, bound)
-    found = []
+    found, docs, core = [], docstrings(tree), mxnet_private_names(CORE)
     for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                id(node) not in docs:
+            found += [(node.lineno, t) for t in private_tokens(node.value) & core]
+            if node.value in C_PREFIX:
+                found.append((node.lineno, node.value))
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, p) for a in node.names if a.name.startswith("mxnet")
+                      for p in a.name.split(".") if private(p)]
         if isinstance(node, ast.Attribute):
             mine = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls") and \
                 node.attr in own.get(id(node), ())
@@ -134,7 +169,8 @@ def reaches(path: Path, names=None) -> list:
             elif node.attr in names and not mine:
                 found.append((node.lineno, node.attr))
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mxnet"):
-            found += [(node.lineno, a.name) for a in node.names if private(a.name)]
+            found += [(node.lineno, p) for p in [*(node.module or "").split("."),
+                                                 *(a.name for a in node.names)] if private(p)]
         elif isinstance(node, ast.Call) and lookup(node) is not None:
             arg = lookup(node)  # the name looked up: a constant, or built at run time
             found += [(node.lineno, s) for s in strings(arg)
@@ -200,6 +236,18 @@ class Own:
         return self._params
 
 
+import mxnet._ctypes.ndarray
+_NAME = "_optimizer"
+
+
+def g(trainer, lib):
+    trainer.__dict__.get("_kvstore")
+    object.__getattribute__(trainer, "_scale")
+    eval("trainer._contexts")
+    getattr(lib, "MX" + "KVStoreFree")
+    return mx._ctypes
+
+
 def f(trainer, loss, layer, name):
     getattr(lib, "MXNDArrayWaitAll")()
     getattr(loss, "_axis", 1)
@@ -222,7 +270,7 @@ def test_the_scan_finds_each_way_of_reaching_in(tmp_path):
     assert {what for _, what in found} == {
         "_flatten", "_LIB", "def _allreduce_grads", "_params", "def _get_graph",
         "MXNDArrayWaitAll", "_axis", "_", "_updaters", "_kvstore", "_hidden_size",
-        "_optimizer"}
+        "_optimizer", "_ctypes", "_scale", "_contexts", "MX"}
     assert sum(what == "_" for _, what in found) == 2
     lines = PROBE.splitlines()  # T's self._params, not Own's
     assert [lines[line - 1].strip() for line, what in found if what == "_params"] == \
