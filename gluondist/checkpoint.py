@@ -35,7 +35,7 @@ import numpy as np
 
 from . import _mx
 from ._mx import mx
-from .kv.updates import updates_of
+from .kv.updates import array_names, updates_of, valid_meta, whole as _int
 from .devices import assign
 from .kv.sampling import SEEDS
 from .snapshot import (CALLBACKS, PARAMS, RUN, STATE, STATES, Snapshot, first_of_run, fsync,
@@ -254,7 +254,7 @@ def _read(path: Path) -> Checkpoint:
     callbacks = mx.nd.load(str(regular(path / CALLBACKS))) if (path / CALLBACKS).exists() else {}
     if not isinstance(arrays, dict) or not isinstance(callbacks, dict):
         raise ValueError("its state arrays are not named")
-    if meta and not _names(meta["states"]) <= set(arrays):
+    if meta and not array_names(meta["states"]) <= set(arrays):
         raise ValueError(f"{STATES} lacks arrays that {STATE} names")
     return Checkpoint(path, state, params, arrays, callbacks)
 
@@ -270,18 +270,7 @@ def _check_state(state) -> None:
     need(_int(state.get("epoch"), 0, 10 ** 9), "epoch")
     RunState.validate(state, need)
     meta = state.get("optimizer")
-    need(meta is None or (isinstance(meta, dict) and isinstance(meta.get("type"), str) and
-                          _int(meta.get("num_update"), 0, 2 ** 62) and
-                          isinstance(meta.get("arrays"), bool) and
-                          isinstance(meta.get("states"), dict) and
-                          isinstance(meta.get("update_counts"), dict) and
-                          all(_int(c, 0, 2 ** 62) for c in meta["update_counts"].values()) and
-                          all(k.isdigit() for k in [*meta["states"], *meta["update_counts"]])),
-         "optimizer")
-
-
-def _int(value, low: int, high: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+    need(meta is None or valid_meta(meta), "optimizer")
 
 
 def _rng_ok(rng: dict) -> bool:
@@ -296,16 +285,3 @@ def _rng_ok(rng: dict) -> bool:
                 and (gauss is None or isinstance(gauss, float)))
     except (TypeError, ValueError, KeyError):
         return False
-
-
-def _names(tree) -> set:
-    """The array names a JSON state tree refers to."""
-    if isinstance(tree, dict) and set(tree) == {"array"} and isinstance(tree["array"], str):
-        return {tree["array"]}
-    if isinstance(tree, dict):
-        return set().union(*map(_names, tree.values())) if tree else set()
-    if isinstance(tree, list):
-        return set().union(*map(_names, tree)) if tree else set()
-    if tree is None:
-        return set()
-    raise ValueError(f"{STATE}: an optimizer state that is not an array: {tree!r}"[:200])

@@ -68,9 +68,8 @@ class Exchange:
         if self.kv is None:
             return
         for i, param in enumerate(self.params):
-            arrays = param.list_data()
-            keys, firsts = self._keyed(i, arrays[:1])
-            self.kv.broadcast(keys, [f[0] for f in firsts], out=self._keyed(i, arrays)[1])
+            keys, views = self._keyed(i, param.list_data())  # the first device's is sent
+            self.kv.broadcast(keys, [v[0] for v in views], out=views)
         if self.wire.key_factor > 1:
             self.wire.start(self.kv, self.wire_keys(),
                             [b - a for c in self.chunks for a, b in c])

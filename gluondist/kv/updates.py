@@ -53,9 +53,11 @@ class Updates:
     Update counts (learning-rate schedules, Adam's bias correction) advance once per step for
     each parameter, on each copy, however many pieces it is updated in."""
 
-    def __init__(self, params: Sequence, optimizer, stages: bool = False):
+    def __init__(self, params: Sequence, optimizer, stages: bool = False,
+                 updaters: Sequence = ()):
         self.params, self.optimizer, self.stages = list(params), optimizer, stages
-        self._by_copy: Dict[int, "mx.optimizer.Updater"] = {}
+        # one per copy, made as they are first needed (or a gluon.Trainer's own)
+        self._by_copy: Dict[int, "mx.optimizer.Updater"] = dict(enumerate(updaters))
         self._groups: List[Group] = []  # chunk groups updated as they land (see plan)
         self._group_of: Dict[int, int] = {}  # MXNet key -> its group
         self._landed: List[int] = []
@@ -208,21 +210,21 @@ class Updates:
         """What keeps :meth:`load` from restoring ``meta`` and ``arrays`` into these
         parameters and this optimizer, or None."""
         try:
-            kind, states = meta["type"], meta["states"]
-            counts = {int(i): int(c) for i, c in meta["update_counts"].items()}
-            leaves_of = {int(i): leaves(tree) for i, tree in states.items()}
-            int(meta["num_update"])
-        except (TypeError, KeyError, ValueError, AttributeError):
+            if not valid_meta(meta):
+                raise ValueError("its form")
+            names = array_names(meta["states"])
+        except ValueError:
             return "its description is damaged"
+        kind, states = meta["type"], meta["states"]
         if kind != type(self.optimizer).__name__:
             return f"it holds the state of a {kind} optimizer, not {type(self.optimizer).__name__}"
-        beyond = [i for i in [*leaves_of, *counts] if not 0 <= i < len(self.params)]
+        beyond = [i for i in map(int, [*states, *meta["update_counts"]])
+                  if not 0 <= i < len(self.params)]
         if beyond:
             return f"it holds the state of parameter {beyond[0]}, which this trainer lacks"
-        for i, found in leaves_of.items():
-            if any(arrays.get(leaf.get("array") if isinstance(leaf, dict) else None) is None
-                   for leaf in found):
-                return "an array it names is missing"
+        if not names <= set(arrays):
+            return "an array it names is missing"
+        for i in map(int, states):
             param = self.params[i]
             have = tree_map(lambda leaf, _: _kind(arrays[leaf["array"]]), states[str(i)], list)
             want = tree_map(lambda a, _: _kind(a), self.optimizer.create_state_multi_precision(
@@ -274,6 +276,35 @@ class Updates:
         self.optimizer.num_update = num_update
 
 
+def whole(value, low: int, high: int) -> bool:
+    """Whether ``value`` is an int (not a bool) from ``low`` to ``high``."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def valid_meta(meta) -> bool:
+    """Whether ``meta`` has the form :meth:`Updates.dump` writes: each field of the type and
+    range it needs (what its state trees name is :func:`array_names`')."""
+    return (isinstance(meta, dict) and isinstance(meta.get("type"), str) and
+            whole(meta.get("num_update"), 0, 2 ** 62) and
+            isinstance(meta.get("arrays"), bool) and
+            isinstance(meta.get("states"), dict) and
+            isinstance(meta.get("update_counts"), dict) and
+            all(whole(c, 0, 2 ** 62) for c in meta["update_counts"].values()) and
+            all(k.isdigit() for k in [*meta["states"], *meta["update_counts"]]))
+
+
+def array_names(states: dict) -> set:
+    """The array names the state trees of ``states`` (a valid meta's) refer to; ValueError
+    for a leaf that is not ``{"array": name}``."""
+    names = set()
+    for leaf in (leaf for tree in states.values() for leaf in leaves(tree)):
+        if not (isinstance(leaf, dict) and set(leaf) == {"array"} and
+                isinstance(leaf["array"], str)):
+            raise ValueError(f"an optimizer state that is not an array: {leaf!r}"[:200])
+        names.add(leaf["array"])
+    return names
+
+
 # Attributes of an optimizer that its updates change (not settings): restored with its states
 STATE_ATTRIBUTES = ("m_schedule",)  # Nadam's momentum schedule, a product over every step
 
@@ -312,9 +343,8 @@ def updates_of(trainer) -> Optional[Updates]:
         raise ValueError(f"this gluon.Trainer updates inside its {updating!r} kvstore, whose "
                          "optimizer state a checkpoint cannot reach: make it with "
                          "update_on_kvstore=False, or with gluondist.kvstore.make_trainer")
-    updates = Updates(_mx.trainer_params(trainer), trainer.optimizer)
-    updates._by_copy = dict(enumerate(_mx.trainer_updaters(trainer)))
-    return updates
+    return Updates(_mx.trainer_params(trainer), trainer.optimizer,
+                   updaters=_mx.trainer_updaters(trainer))
 
 
 def _cut(arrays: list, state, a: int, b: int):
