@@ -176,13 +176,38 @@ def mlp(hidden=32):
     return net
 
 
-def param_sum(net):
-    return sum(float(p.data(p.list_ctx()[0]).abs().sum().asscalar())
-               for p in net.collect_params().values())
+def params_of(net):
+    """A net's parameters by name, as ``save_parameters`` names them (``0.weight``), each its
+    first device's copy as a numpy array."""
+    return {k: p.data(p.list_ctx()[0]).asnumpy()
+            for k, p in net._collect_params_with_prefix().items()}
 
 
-def rel_diff(a, b):
-    return abs(a - b) / max(abs(a), abs(b), 1e-12)
+def assert_same_params(got, want, rtol=0.0, what="parameters"):
+    """``got`` and ``want`` (nets, or ``{name: array}``) hold arrays of the same names and
+    shapes, each within relative ``rtol`` (:func:`array_rel`) of the one of its name; 0: bit
+    for bit. Never a sum over all of them, which misses a swapped layer or a sign."""
+    got, want = (x if isinstance(x, dict) else params_of(x) for x in (got, want))
+    assert sorted(got) == sorted(want), f"{what}: the names differ: {sorted(got)} {sorted(want)}"
+    shapes = {k: (np.shape(got[k]), np.shape(want[k])) for k in want
+              if np.shape(got[k]) != np.shape(want[k])}
+    assert not shapes, f"{what}: the shapes differ: {shapes}"
+    if rtol == 0:
+        bad = sorted(k for k in want if not np.array_equal(got[k], want[k]))
+    else:
+        bad = {k: d for k, d in ((k, array_rel(got[k], want[k])) for k in want)
+               if not d <= rtol}
+    assert not bad, f"{what}: off by more than {rtol}: {bad}"
+
+
+def assert_same_history(got, want, rtol=1e-4, metric_rtol=1e-6):
+    """Every value of two Histories (or their dicts), timings aside: the same keys and epochs;
+    losses within relative ``rtol``, other metrics within ``metric_rtol`` (fit.md's claim)."""
+    got, want = (curves(getattr(h, "history", h)) for h in (got, want))
+    assert sorted(got) == sorted(want), (sorted(got), sorted(want))
+    for key in want:
+        tol = rtol if key.endswith("loss") else metric_rtol
+        np.testing.assert_allclose(got[key], want[key], rtol=tol, atol=0, err_msg=key)
 
 
 def array_rel(a, b) -> float:
@@ -243,11 +268,6 @@ def kill_during_a_write(ckpt, marker, *args):
     names = set(os.listdir(ckpt))
     assert "ckpt-000000" in names and len(names) == 2
     assert (names - {"ckpt-000000"}).pop().startswith(".ckpt-000001.")
-
-
-def total(params):
-    """The sum of the absolute values of every parameter."""
-    return sum(float(np.abs(v).sum()) for v in params.values())
 
 
 OPT = {"learning_rate": 0.1, "momentum": 0.9}

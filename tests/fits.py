@@ -13,15 +13,6 @@ def fit_on(ctx, data, **kw):
     return fit_mlp(data, ctx=ctx, **kw)
 
 
-def params_of(net):
-    return {k: p.data().asnumpy() for k, p in net._collect_params_with_prefix().items()}
-
-
-def same_params(a, b):
-    pa, pb = params_of(a), params_of(b)
-    return pa.keys() == pb.keys() and all(np.array_equal(pa[k], pb[k]) for k in pa)
-
-
 def two_by_two(n=300, seed=0):
     rs = np.random.RandomState(seed)
     X1, X2 = rs.rand(n, 6).astype(np.float32), rs.rand(n, 4).astype(np.float32)

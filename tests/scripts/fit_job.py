@@ -12,8 +12,9 @@ start until the launcher asks them to stop for a grow), batch_sleep (seconds eac
 test can act while the job trains), pipeline (M: each worker's net in 2 stages on cpu(0) and
 cpu(1), batches in M micro-batches), every (fit's checkpoint_every), kill_at ([epoch, batch]:
 worker 1 kills itself with SIGKILL after that batch, on a job's first attempt only), net (a
-net of tests/models.py, e.g. convbn, trained on its images instead of the MLP), ctx (devices
-per worker), compression (fit's). The tests import data(), net() and optimizer_params() to
+net of tests/models.py, e.g. convbn, trained on its images instead of the MLP), digits (an MLP
+of 4 Dense layers on 640 of scikit-learn's digits), ctx (devices per worker), compression
+(fit's). The tests import data(), net() and optimizer_params() to
 train the same model in one process.
 """
 import json
@@ -33,6 +34,12 @@ import models  # noqa: E402
 
 
 def data(opts=None):
+    if (opts or {}).get("digits"):
+        from sklearn.datasets import load_digits
+        X, y = load_digits(return_X_y=True)
+        order = np.random.RandomState(0).permutation(len(X))[:840]
+        X, y = (X[order] / 16.0).astype(np.float32), y[order].astype(np.float32)
+        return (X[:640], y[:640]), (X[640:], y[640:])
     if (opts or {}).get("net"):
         X, y = models.data(opts["net"], 179)
         return (X[:129], y[:129]), (X[129:], y[129:])
@@ -47,6 +54,11 @@ def net(opts=None):
     if opts.get("net"):
         return models.build(opts["net"])
     model = mx.gluon.nn.HybridSequential()
+    if opts.get("digits"):
+        model.add(mx.gluon.nn.Dense(64, activation="relu"),
+                  mx.gluon.nn.Dense(64, activation="relu"),
+                  mx.gluon.nn.Dense(32, activation="relu"), mx.gluon.nn.Dense(10))
+        return model
     if opts.get("batchnorm"):
         model.add(mx.gluon.nn.Dense(16), mx.gluon.nn.BatchNorm(), mx.gluon.nn.Activation("relu"))
     else:

@@ -10,8 +10,8 @@ import pytest
 import gluondist
 from gluondist import Callback
 
-from conftest import fit_mlp, mlp, OPT, param_sum, rel_diff
-from fits import fit_on, same_params, three_classes
+from conftest import assert_same_history, assert_same_params, fit_mlp, mlp, OPT, params_of
+from fits import fit_on, three_classes
 
 
 class PidDataset(mx.gluon.data.Dataset):
@@ -67,15 +67,16 @@ def _labels_dataset(X, y, wrap):
 
 def test_accepts_ndarrays_datasets_and_dataloaders(small):
     (X, y), _ = small
-    ref, _ = fit_on(None, (X, y), batch_size=40)
-    as_nd, _ = fit_on(None, (mx.nd.array(X), mx.nd.array(y)), batch_size=40)
+    ref, href = fit_on(None, (X, y), batch_size=40)
+    as_nd, h_nd = fit_on(None, (mx.nd.array(X), mx.nd.array(y)), batch_size=40)
     dataset = mx.gluon.data.ArrayDataset(mx.nd.array(X), mx.nd.array(y))
-    as_ds, _ = fit_on(None, dataset, batch_size=40)
+    as_ds, h_ds = fit_on(None, dataset, batch_size=40)
     loader = mx.gluon.data.DataLoader(dataset, batch_size=40, shuffle=True)
     net = mlp()
-    gluondist.fit(net, loader, epochs=2, seed=7, optimizer_params=OPT)  # its batch size
-    for other in (as_nd, as_ds, net):
-        assert rel_diff(param_sum(ref), param_sum(other)) <= 1e-5
+    h_loader = gluondist.fit(net, loader, epochs=2, seed=7, optimizer_params=OPT)  # its batch
+    for other, h in ((as_nd, h_nd), (as_ds, h_ds), (net, h_loader)):
+        assert_same_params(other, ref, 1e-5)
+        assert_same_history(h, href)
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -101,12 +102,12 @@ def test_bad_input_is_refused_before_training(small, kwargs, message):
     net = mlp(8)
     net.initialize()
     net(mx.nd.ones((1, 64)))
-    before = param_sum(net)
+    before = params_of(net)
     args = dict(train_data=small[0], epochs=1)
     args.update(kwargs)
     with pytest.raises((ValueError, RuntimeError), match=message):
         gluondist.fit(net, **args)
-    assert param_sum(net) == before
+    assert_same_params(net, before)
 
 
 def test_the_dataloaders_worker_processes_load_the_data(small, tmp_path):
@@ -117,7 +118,7 @@ def test_the_dataloaders_worker_processes_load_the_data(small, tmp_path):
     pids = {int(p) for p in os.listdir(tmp_path)}
     assert len(pids - {os.getpid()}) == 2  # the two worker processes
     in_process, _ = fit_mlp(mx.gluon.data.ArrayDataset(X, y), epochs=2, batch_size=40)
-    assert rel_diff(param_sum(by_workers), param_sum(in_process)) <= 1e-5  # same batches
+    assert_same_params(by_workers, in_process, 1e-5)  # same batches
 
 
 def test_last_batch_discard_drops_the_last_partial_batch(small):
@@ -251,7 +252,7 @@ def test_zero_sample_weights_exclude_those_samples_exactly(small):
     junk_a[weight == 0], junk_b[weight == 0] = 0, 9  # whatever these labels are...
     a, ha = fit_mlp((X, junk_a, weight), val_data=(X, junk_a, weight))
     b, hb = fit_mlp((X, junk_b, weight), val_data=(X, junk_b, weight))
-    assert param_sum(a) == param_sum(b)  # ...they change nothing
+    assert_same_params(a, b)  # ...they change nothing
     keep = weight > 0
     figures = gluondist.evaluate(a, (X[keep], y[keep]))
     assert ha.history["val_loss"][-1] == pytest.approx(figures["loss"], rel=1e-6)
@@ -262,7 +263,7 @@ def test_class_weight_is_a_weight_per_label(small):
     (X, y), _ = small
     by_class, hc = fit_mlp((X, y), class_weight={k: 2.0 if k == 3 else 1.0 for k in range(10)})
     by_sample, hs = fit_mlp((X, y, np.where(y == 3, 2.0, 1.0)))
-    assert param_sum(by_class) == param_sum(by_sample)
+    assert_same_params(by_class, by_sample)
     with pytest.raises(ValueError, match=r"class_weight covers classes 0..8 but train_data has "
                                          r"the label 9"):
         fit_mlp((X, y), class_weight={k: 1.0 for k in range(9)})
@@ -321,8 +322,8 @@ def test_dataset_weights_of_any_number_type(small, kind):
         cast = {"python float": float, "python int": int, "float64": np.float64}[kind]
         data = gdata.SimpleDataset([(X[i], y[i], cast(w[i])) for i in range(len(X))])
     net, h = fit_mlp(data, epochs=2)
-    assert param_sum(net) == pytest.approx(param_sum(ref), rel=1e-5)
-    assert h.history["loss"] == pytest.approx(href.history["loss"], rel=1e-5)
+    assert_same_params(net, ref, 1e-5)
+    assert_same_history(h, href, rtol=1e-5)
 
 
 # (11) one dtype rule: everything is fed as float32; other nets refused; predict's errors
@@ -331,7 +332,8 @@ def test_float16_arrays_and_datasets_are_cast_alike(small):
     ref, _ = fit_mlp((X.astype(np.float16).astype(np.float32), y))
     arrays, _ = fit_mlp((X.astype(np.float16), y))
     dataset, _ = fit_mlp(gdata.ArrayDataset(X.astype(np.float16), y))
-    assert same_params(ref, arrays) and same_params(ref, dataset)
+    assert_same_params(arrays, ref)
+    assert_same_params(dataset, ref)
 
 
 def test_float64_datasets_are_cast_like_arrays(small):
@@ -342,7 +344,7 @@ def test_float64_datasets_are_cast_like_arrays(small):
                  mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(X64, y64), batch_size=30),
                  mx.gluon.data.SimpleDataset(list(zip(X64, y64)))):
         net, _ = fit_mlp(data)
-        assert param_sum(net) == pytest.approx(param_sum(ref), rel=1e-6)
+        assert_same_params(net, ref, 1e-6)
 
 
 def test_integer_inputs_are_cast_to_float32(small):
@@ -350,10 +352,10 @@ def test_integer_inputs_are_cast_to_float32(small):
     ints = (X * 16).astype(np.int64)
     a, ha = fit_mlp((ints, y.astype(np.int32)))
     b, hb = fit_mlp(((X * 16).astype(np.float32), y))
-    assert param_sum(a) == param_sum(b)
+    assert_same_params(a, b)
     ds = mx.gluon.data.ArrayDataset(mx.nd.array(ints, dtype="int32"), mx.nd.array(y))
     c, _ = fit_mlp(ds)
-    assert param_sum(c) == pytest.approx(param_sum(b), rel=1e-6)
+    assert_same_params(c, b, 1e-6)
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])

@@ -8,7 +8,7 @@ import pytest
 import gluondist
 from gluondist import parallel
 from conftest import OPT
-from fits import params_of
+from conftest import params_of
 
 TWO = [mx.cpu(0), mx.cpu(1)]
 

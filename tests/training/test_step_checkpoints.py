@@ -13,8 +13,8 @@ import pytest
 import gluondist
 from gluondist import Callback, CSVLogger, EarlyStopping, TensorBoard, checkpoint, snapshot
 
-from conftest import fit_mlp, mlp
-from fits import Interrupt, params_of, same_params
+from conftest import assert_same_params, fit_mlp, mlp, params_of
+from fits import Interrupt
 
 SPEED = ("seconds", "per_s", "slowest")  # timings: never equal across runs
 
@@ -62,7 +62,7 @@ def test_a_resume_mid_epoch_ends_bit_equal_to_the_uninterrupted_run(small, tmp_p
     said = re.findall(r"resuming from \S+ (in epoch .*) \(resume=False starts over\)",
                       capsys.readouterr().err)
     assert said == [resumed_at[0], resumed_at[1], resumed_at[1]]
-    assert same_params(full, resumed)
+    assert_same_params(resumed, full)
     assert figures(hr) == figures(hf)  # every epoch's row, the resumed ones included
 
 
@@ -120,7 +120,8 @@ def test_callbacks_and_loggers_resumed_mid_epoch_keep_one_row_per_epoch(small, t
         got = [{k: v for k, v in row.items() if not any(s in k for s in SPEED)}
                for row in csv.DictReader(f)]
     assert got == want and [r["epoch"] for r in got] == ["0", "1", "2"]
-    assert same_params(full, resumed) and figures(hr) == figures(hf)
+    assert_same_params(resumed, full)
+    assert figures(hr) == figures(hf)
 
 
 def test_a_crash_after_the_loggers_wrote_the_first_epoch_repeats_no_row(small, tmp_path):
@@ -156,7 +157,8 @@ def test_a_crash_after_the_loggers_wrote_the_first_epoch_repeats_no_row(small, t
     resumed, hr = fit_mlp(small[0], checkpoint_dir=tmp_path / "b", callbacks=loggers("b"), **kw)
     assert read("b") == read("a")
     assert [r["epoch"] for r in read("b")[0]] == ["0", "1"]
-    assert same_params(full, resumed) and figures(hr) == figures(hf)
+    assert_same_params(resumed, full)
+    assert figures(hr) == figures(hf)
 
 
 def test_a_dataloader_with_workers_resumes_mid_epoch_exactly(small, tmp_path):
@@ -169,7 +171,8 @@ def test_a_dataloader_with_workers_resumes_mid_epoch_exactly(small, tmp_path):
         with pytest.raises(KeyboardInterrupt):
             fit_mlp(loader(), checkpoint_dir=tmp_path / "b", callbacks=[Interrupt(*crash)], **kw)
     resumed, hr = fit_mlp(loader(), checkpoint_dir=tmp_path / "b", **kw)
-    assert same_params(full, resumed) and figures(hr) == figures(hf)
+    assert_same_params(resumed, full)
+    assert figures(hr) == figures(hf)
 
 
 def test_a_pipeline_resumes_mid_epoch_exactly(small, tmp_path):
@@ -177,7 +180,8 @@ def test_a_pipeline_resumes_mid_epoch_exactly(small, tmp_path):
               micro_batches=2)
     full, hf = fit_mlp(small[0], checkpoint_dir=tmp_path / "a", **kw)
     resumed, hr = crash_and_resume(small[0], tmp_path / "b", [(0, 9)], **kw)
-    assert same_params(full, resumed) and figures(hr) == figures(hf)
+    assert_same_params(resumed, full)
+    assert figures(hr) == figures(hf)
 
 
 @pytest.mark.parametrize("every,message", [
@@ -341,7 +345,7 @@ def test_a_resize_request_stops_at_the_next_step_checkpoint_and_resumes_exactly(
     latest = checkpoint.load_latest(tmp_path / "b")
     assert (latest.epoch, latest.batch) == (1, 6)
     resumed, _ = fit_mlp(small[0], epochs=3, checkpoint_every=4, checkpoint_dir=tmp_path / "b")
-    assert same_params(full, resumed)
+    assert_same_params(resumed, full)
 
 
 def test_parameters_that_turn_nan_mid_epoch_are_never_in_a_step_checkpoint(small, tmp_path):

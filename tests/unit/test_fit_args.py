@@ -12,7 +12,7 @@ import gluondist
 from gluondist import Callback
 from gluondist.kv.sampling import SEEDS, derive_seed
 from gluondist.training.arguments import DEFAULT_BATCH_SIZE, FitArgs, markdown_table
-from conftest import mlp, param_sum, ROOT
+from conftest import assert_same_params, mlp, params_of, ROOT
 
 # One value of the wrong kind for every argument, and what its one-line error says.
 BAD = {
@@ -89,13 +89,13 @@ def test_each_argument_of_the_wrong_kind_fails_in_one_line_naming_it(small, name
     net = mlp(8)
     net.initialize()
     net(mx.nd.ones((1, 64)))
-    before = param_sum(net)
+    before = params_of(net)
     bad, message = BAD[name]
     args = dict(net=net, train_data=small[0], epochs=1)
     args[name] = bad
     with pytest.raises(ValueError, match=message):
         gluondist.fit(**args)
-    assert param_sum(net) == before  # refused before training
+    assert_same_params(net, before)  # refused before training
 
 
 @pytest.mark.parametrize("name,bad,message", [
