@@ -23,7 +23,8 @@ REFUSED = 77
 # grow (gluondist.elastic); the launcher reads it as such only when it asked.
 RESIZED = 79
 # The ssh remote side's exit code when it ended its process tree because the launcher had been
-# silent for --link-timeout (its link is cut): the launcher reports that host as lost.
+# silent for longer than ssh takes to give up (its link is cut; ssh.Link.silence): the launcher
+# reports that host as lost.
 SILENCED = 76
 
 

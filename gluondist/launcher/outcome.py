@@ -136,6 +136,9 @@ class Attempt:
     resized: bool = False
     # workers the launcher's grow request itself ended (GrowEnd.CUT_SHORT): not failures
     cut_short: Tuple[str, ...] = ()
+    # (host, what became of the job's processes there) for each lost host, once the launcher
+    # tried to stop them itself (Transport.stop_left)
+    left_on_lost: Tuple[Tuple[str, str], ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -207,6 +210,10 @@ class LaunchResult:
     @property
     def plan(self) -> Optional[LaunchPlan]:
         return self.last.plan
+
+    @property
+    def left_on_lost(self) -> Tuple[Tuple[str, str], ...]:
+        return self.last.left_on_lost
 
     @property
     def restarts(self) -> Tuple[Failure, ...]:

@@ -50,6 +50,7 @@ def failure_lines(result: Result, lead: str = "") -> List[str]:
     stopped = [label for label in result.stopped if label not in lost_here]
     if stopped:
         lines.append(f"{P}stopped {', '.join(stopped)}")
+    lines += [f"{P}host {host} {what}" for host, what in result.left_on_lost]
     return lines
 
 

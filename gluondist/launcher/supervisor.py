@@ -208,6 +208,10 @@ class Supervisor:
                            asked_to_resize=resizing is not None and resizing.is_set())
         if attempt.signal:
             raise Stopped(attempt.signal, attempt.unreaped, self.transport.silence)
+        lost = sorted(_lost_hosts(attempt))
+        if lost:  # not before the far side is stopped, or said to be out of reach
+            attempt = dataclasses.replace(
+                attempt, left_on_lost=tuple(self.transport.stop_left(lost).items()))
         return attempt
 
     def restartable(self, every_host, lost=()) -> Optional[LaunchOptions]:

@@ -175,8 +175,9 @@ def test_below_min_nothing_starts_and_one_line_says_why(launch, cluster, tmp_pat
 
 @pytest.mark.parametrize("outage", [10, 16])
 def test_an_outage_is_survived_or_a_named_lost_host(launch, cluster, tmp_path, outage):
-    """10 s: under both timeouts; 16 s: where ssh's keepalive (15-20 s) and the remote side's
-    silence (18 s) meet. e2e/test_netns.py has a 4 s blip and a link cut for good."""
+    """10 s: under ssh's keepalive; 16 s: inside it (ssh gives up 15-20 s into an outage, the
+    remote side's silence is 25 s). e2e/test_netns.py has a 4 s blip, an outage just past
+    ssh's give-up and a link cut for good."""
     first, second = cluster.hosts[:2]
     job = fit(launch, cluster, tmp_path, "-H", hostfile(tmp_path, [first, second]), "-n", 2)
     epochs_done(job, tmp_path, 1)

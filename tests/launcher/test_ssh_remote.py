@@ -18,10 +18,11 @@ TREE = ("import os, subprocess, sys, time; "
         "preexec_fn=os.setpgrp); print(os.getpid(), g.pid, flush=True); time.sleep(600)")
 
 
-def start(job, tmp_path, env=None):
+def start(job, tmp_path, env=None, tag=None):
     job = {"protocol": remote.PROTOCOL, "env": {}, "cwd": str(tmp_path), "worker": False,
            "progress": False, "silence": None, **job}
-    proc = subprocess.Popen([sys.executable, "-m", "gluondist.launcher.child.remote"],
+    proc = subprocess.Popen([sys.executable, "-m", "gluondist.launcher.child.remote",
+                             *(["--tag", tag] if tag else [])],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env)
     proc.stdin.write((json.dumps(job) + "\n").encode())
@@ -48,6 +49,33 @@ def test_it_runs_the_command_and_reports_its_exit_last(tmp_path):
     out, err = proc.stdout.read(), proc.stderr.read()
     assert out == b"hi\n"
     assert err.decode().splitlines()[-1] == "gluondist-exit 3"
+
+
+def test_stop_by_tag_ends_that_launchers_trees_and_no_other(tmp_path):
+    # what the launcher asks a lost host that answers again (its link came back before the
+    # remote sides' silence ran out): their stdin is still open, so nothing else ends them
+    ours = [start({"argv": [sys.executable, "-c", TREE]}, tmp_path, tag="a1") for _ in range(2)]
+    other = start({"argv": [sys.executable, "-c", TREE]}, tmp_path, tag="b2")
+    procs = [*ours, other]
+    try:
+        trees = [tree_of(p) for p in procs]
+        stop = subprocess.run([sys.executable, "-m", "gluondist.launcher.child.remote",
+                               "--stop", "a1"], capture_output=True, text=True, timeout=60)
+        assert json.loads(stop.stdout) == {"stopped": 2, "left": 0}, stop.stderr
+        for proc, tree in zip(ours, trees):
+            assert proc.wait(timeout=30) == 128 + 15  # as a stop: SIGTERM's exit status
+            wait_until(lambda: not any(alive(p) for p in tree), timeout=STOP_GRACE + 10,
+                       message="the tree to end")
+        assert other.poll() is None and all(alive(p) for p in trees[2])
+        again = subprocess.run([sys.executable, "-m", "gluondist.launcher.child.remote",
+                                "--stop", "a1"], capture_output=True, text=True, timeout=60)
+        assert json.loads(again.stdout) == {"stopped": 0, "left": 0}
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        subprocess.run([sys.executable, "-m", "gluondist.launcher.child.remote", "--stop", "b2"],
+                       capture_output=True, timeout=60)
 
 
 def test_a_job_of_another_protocol_is_refused_by_name(tmp_path):

@@ -22,7 +22,11 @@ gluondist, and this side refuses a job of another protocol by name):
   without that line lost its connection (ssh.py tells the monitor so).
 
 ``--preflight`` prints one JSON line: this host's gluondist version, protocol and whether MXNet
-can be imported, without importing it.
+can be imported, without importing it. A launcher starts each remote side with ``--tag TAG``,
+its own name (a random word), so that ``--stop TAG`` can stop those that still run on this
+host, as the end of their stdin would; it prints one JSON line once they are gone: how many it
+stopped, how many are left. A launcher that lost a host's link uses it when the host answers
+again, so the far side does not outlive the job.
 """
 from __future__ import annotations
 
@@ -37,16 +41,16 @@ import tempfile
 import threading
 import time
 from contextlib import nullcontext
-from typing import Optional
+from typing import List, Optional
 
 from ... import __version__
 from ... import elastic, envvars as ev, wire
 from ..roles import runs_bootstrap
 from . import REMOTE
-from .proctree import (STACK_SIGNAL, exit_status, holding, session_cpu, signal_exit,
-                       signal_tree, stop_tree)
+from .proctree import (STACK_SIGNAL, STOP_GRACE, exit_status, holding, kill_quietly,
+                       session_cpu, signal_exit, signal_tree, stop_tree)
 
-PROTOCOL = 2  # 2: `resize`, and the exit status wire.SILENCED
+PROTOCOL = 3  # 2: `resize`, and the exit status wire.SILENCED; 3: --tag and --stop
 WATCH_TICK = 0.2  # seconds between looks at the launcher's silence (its keepalives: 3 s)
 CPU_EVERY = 1.0  # seconds between the tree's CPU reports (what the stall watch samples)
 
@@ -155,6 +159,33 @@ class Remote:
         return signal_exit(signal.SIGTERM) if self.stopping.is_set() else exit_status(code)
 
 
+def _tagged(tag: str) -> List[int]:
+    """The pids of this user's remote sides started with ``--tag tag``."""
+    want = f"-m\0{REMOTE}\0--tag\0{tag}\0".encode()
+    pids = []
+    for name in os.listdir("/proc"):
+        try:
+            if name.isdigit() and os.stat(f"/proc/{name}").st_uid == os.getuid():
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    if f.read().endswith(want):
+                        pids.append(int(name))
+        except OSError:  # gone meanwhile
+            pass
+    return pids
+
+
+def stop_tagged(tag: str, wait: float = STOP_GRACE + 3.0) -> dict:
+    """SIGTERM to every remote side of ``tag`` on this host (each stops its tree, as at the end
+    of its stdin), then wait up to ``wait`` seconds for them to be gone."""
+    pids = _tagged(tag)
+    for pid in pids:
+        kill_quietly(pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait
+    while set(pids) & set(_tagged(tag)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return {"stopped": len(pids), "left": len(set(pids) & set(_tagged(tag)))}
+
+
 def run(job: dict, stdin) -> int:
     """Run ``job`` (see the module's docstring), listening on ``stdin`` (unbuffered), and
     return its exit status."""
@@ -180,9 +211,13 @@ def main(argv=None) -> int:
     if argv == ["--preflight"]:
         print(json.dumps(preflight_report()), flush=True)
         return 0
-    if argv:
-        print(f"usage: python -m {REMOTE} [--preflight] (the job as JSON on "
-              "stdin)", file=sys.stderr)
+    tagged = len(argv) == 2 and argv[0] in ("--stop", "--tag") and argv[1].isalnum()
+    if tagged and argv[0] == "--stop":
+        print(json.dumps(stop_tagged(argv[1])), flush=True)
+        return 0
+    if argv and not tagged:
+        print(f"usage: python -m {REMOTE} [--preflight | --tag TAG | --stop TAG] (with --tag "
+              "or nothing, the job as JSON on stdin)", file=sys.stderr)
         return 2
     # stdin unbuffered: a thread blocked in a buffered readline holds the buffer's lock, and
     # the interpreter aborts when it finds that lock taken at exit; and nothing is read ahead.

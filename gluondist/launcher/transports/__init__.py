@@ -68,6 +68,12 @@ class Transport:
         """CPU seconds of the child's process tree so far, or None where unknown."""
         return None
 
+    def stop_left(self, hosts) -> Dict[str, str]:
+        """After an attempt that lost ``hosts``: stop whatever of the job still runs there,
+        waiting for it, and say for each host what became of it (\"answered again: ...\"). By
+        default nothing: a transport without hosts to lose has nothing left there."""
+        return {}
+
     def lost(self, child: "Child") -> bool:
         """Whether the exited ``child`` lost its connection rather than failing (call once its
         side channel has been read to the end). By default never: nothing between the

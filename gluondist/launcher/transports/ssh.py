@@ -20,6 +20,7 @@ import shlex
 import subprocess
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -29,6 +30,7 @@ from ... import envvars as ev, wire
 from ..errors import LaunchError
 from ..plan import ProcessSpec
 from .. import child
+from ..child.proctree import STOP_GRACE
 from ..child.remote import PROTOCOL
 from . import Backend, Show, Transport
 
@@ -51,18 +53,22 @@ ALIVE_COUNT = 3  # ssh keepalives a session may miss before ssh ends it
 
 @dataclass(frozen=True)
 class Link:
-    """The timeouts of the ssh sessions, all from --link-timeout T. The remote side ends its
-    tree after T s without a keepalive line (sent every ``keepalive`` s) and reports that as a
-    lost link (wire.SILENCED); ssh itself gives up on a server that misses ALIVE_COUNT
-    keepalives ``alive`` s apart (at about 0.83 T), or does not accept a connection within
-    ``connect`` s (T / 3). Whichever notices first, the host is reported lost: an outage shorter
-    than both is survived, a longer one ends the attempt as a lost host."""
+    """The timeouts of the ssh sessions, all from --link-timeout T. ssh gives up on a server
+    that misses ALIVE_COUNT keepalives ``alive`` s apart (after 0.83 T to 1.1 T without an
+    answer), or does not accept a connection within ``connect`` s (T / 3): the host is lost.
+    The remote side ends its tree after ``silence`` s without the launcher's keepalive line
+    (sent every ``keepalive`` s) and reports that as a lost link (wire.SILENCED). ``silence``
+    is longer than ssh can take to give up, counted from the last keepalive that got through,
+    so the launcher always decides a loss first: a link back after that finds the far side
+    still running, and the launcher stops it over a new session (SshTransport.stop_left)."""
 
     timeout: float = LINK_TIMEOUT
 
     @property
     def silence(self) -> float:
-        return self.timeout
+        # ssh gives up within ALIVE_COUNT + 1 intervals of the cut; the last line that got
+        # through may be a keepalive older than the cut; 2 s for the launcher's teardown
+        return self.alive * (ALIVE_COUNT + 1) + self.keepalive + 2.0  # 25 s at the default
 
     @property
     def keepalive(self) -> float:
@@ -114,12 +120,13 @@ class SshTransport(Transport):
         self._lock = threading.Lock()  # one writer at a time on each session's stdin
         self._live: List[subprocess.Popen] = []
         self._pinger: Optional[threading.Thread] = None
+        self.tag = uuid.uuid4().hex  # names this launcher's remote sides (remote.py --stop)
 
     def spawn(self, spec: ProcessSpec, progress: bool = False, error_file=None):
         """``error_file`` is the launcher's local path, unused: the remote side picks its own
         and relays its record on the side channel."""
-        proc = subprocess.Popen(ssh_argv(spec.host, [self.python, "-m", REMOTE], self.ssh_config,
-                                         self.link),
+        remote = [self.python, "-m", REMOTE, "--tag", self.tag]
+        proc = subprocess.Popen(ssh_argv(spec.host, remote, self.ssh_config, self.link),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
         # the job's line, and stdin kept open: its end means "stop"
@@ -183,6 +190,37 @@ class SshTransport(Transport):
 
     def tree_cpu(self, child):
         return child.cpu
+
+    def stop_left(self, hosts) -> Dict[str, str]:
+        """A lost host's remote sides end their trees ``silence`` s after the launcher's last
+        line reached them; a link back before that would leave them running past the
+        launcher's exit. So each lost host is asked once more, over a new session, to stop what
+        this launcher's tag still runs there (remote.py --stop), and waited for."""
+        wait = self.link.connect + STOP_GRACE + 3.0 + PREFLIGHT_TIMEOUT / 3
+        with ThreadPoolExecutor(max_workers=min(PREFLIGHT_THREADS, len(hosts)) or 1) as pool:
+            return dict(zip(hosts, pool.map(lambda h: self._stop_on(h, wait), hosts)))
+
+    def _stop_on(self, host: str, wait: float) -> str:
+        argv = ssh_argv(host, [self.python, "-m", REMOTE, "--stop", self.tag], self.ssh_config,
+                        self.link)
+        alone = (f"what the job ran there ends by itself {self.silence:g}s after the "
+                 "launcher's last word reached it (--link-timeout)")
+        try:
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                                  text=True, timeout=wait)
+            said = json.loads(proc.stdout.strip().splitlines()[-1])
+            stopped, left = int(said["stopped"]), int(said["left"])
+        except subprocess.TimeoutExpired:
+            return f"does not answer within {wait:g}s: {alone}"
+        except (ValueError, IndexError, KeyError, TypeError):
+            last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+            return f"does not answer ({last}): {alone}"
+        if not stopped:
+            return "answered again: nothing of the job was left there"
+        if left:
+            return (f"answered again: stopped {stopped - left} of the job's {stopped} "
+                    f"process(es) left there; {left} would not end")
+        return f"answered again: stopped the job's {stopped} process(es) left there"
 
     def lost(self, child) -> bool:
         """ssh ended with its own code, 255, and without the remote side's exit report, or
