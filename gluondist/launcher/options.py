@@ -70,13 +70,15 @@ class LaunchOptions:
                                      "pairs, used only without --env).")
     # OMP_NUM_THREADS per worker; None: cores / local workers
     threads: Optional[int] = _flag(None, "--threads", type=int, envvar=ev.GLUONDIST_THREADS,
-                                   help="OMP_NUM_THREADS per worker [default: cores / workers, "
-                                        "unless set].")
+                                   help="OMP_NUM_THREADS per worker [default: in a local job, "
+                                        "cores / workers unless OMP_NUM_THREADS is set; "
+                                        "across hosts, not set].")
     # start a failed job again, from scratch, at most this many times
     max_restarts: int = _flag(0, "--max-restarts", envvar=ev.GLUONDIST_MAX_RESTARTS,
                               help="Start a failed job again (all of it, fresh ports) up to "
                                    "this many times; fit(checkpoint_dir=...) resumes from the "
-                                   "last complete epoch.")
+                                   "newest checkpoint: an epoch's end, or with "
+                                   "checkpoint_every a step checkpoint mid-epoch.")
     launcher: str = _flag("local", "--launcher", envvar=ev.GLUONDIST_LAUNCHER, bench=True,
                           help="local; ssh to place processes on -H hosts; slurm inside an "
                                "allocation.")
@@ -126,7 +128,9 @@ class LaunchOptions:
                                           help="An executable printing the usable hosts, one "
                                                "HOST[:SLOTS] a line, run instead of -H at the "
                                                "start and every few seconds: an elastic job "
-                                               "grows onto new hosts at an epoch end "
+                                               "grows onto new hosts at its next "
+                                               "checkpoint, an epoch's end or, with fit's "
+                                               "checkpoint_every, a step checkpoint "
                                                "(--launcher ssh).")
     link_timeout: float = _flag(18.0, "--link-timeout", type="seconds", bench=True,
                                 envvar=ev.GLUONDIST_LINK_TIMEOUT, metavar="SECONDS",
