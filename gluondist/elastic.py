@@ -6,8 +6,8 @@ The launcher asks by sending :data:`SIGNAL` to every worker (locally, or through
 remote side); the worker bootstrap turns it into a flag. ``fit`` reads :func:`requested` at each
 checkpoint, the workers agree on it (one stopping alone would leave the others blocked in push),
 and once the checkpoint is written each worker leaves with :data:`EXIT`, which the
-launcher reads as "stopped to grow", not as a failure. A hand-written loop can do the same: at
-an epoch end, after its checkpoint, ``if gluondist.elastic.agreed(): sys.exit(EXIT)``.
+launcher reads as "stopped to grow", not as a failure. A hand-written loop can do the same: after
+each checkpoint it writes, ``if gluondist.elastic.agreed(): sys.exit(EXIT)``.
 
 Standard library only (the bootstrap imports it before the script).
 """

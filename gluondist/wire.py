@@ -19,7 +19,7 @@ PORT_TAKEN = 98
 # A scheduler's or server's exit code when it refused a command from the network (an optimizer
 # that is not MXNet's, say: see launcher/child/server.py): sysexits' EX_NOPERM.
 REFUSED = 77
-# A worker's exit code after it stopped at an epoch end because the launcher asked the job to
+# A worker's exit code after it stopped at a checkpoint because the launcher asked the job to
 # grow (gluondist.elastic); the launcher reads it as such only when it asked.
 RESIZED = 79
 # The ssh remote side's exit code when it ended its process tree because the launcher had been

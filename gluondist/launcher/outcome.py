@@ -132,7 +132,7 @@ class Attempt:
     stall: Optional[Stall] = None
     stopped: Tuple[str, ...] = ()  # labels the teardown stopped (failed ones left out)
     unreaped: Tuple[str, ...] = ()  # labels alive after SIGKILL
-    # the workers stopped at an epoch end, as the launcher asked, for the job to grow
+    # the workers stopped at a checkpoint, as the launcher asked, for the job to grow
     resized: bool = False
     # workers the launcher's grow request itself ended (GrowEnd.CUT_SHORT): not failures
     cut_short: Tuple[str, ...] = ()
@@ -244,7 +244,7 @@ class LaunchResult:
 class GrowEnd(enum.Enum):
     """How a worker ended because the launcher asked the job to grow."""
 
-    STOPPED = "stopped at an epoch end"  # wire.RESIZED, gluondist.elastic's exit
+    STOPPED = "stopped at a checkpoint"  # wire.RESIZED, gluondist.elastic's exit
     # killed by elastic.SIGNAL's default action: the request reached a worker that could not
     # take it (a script that reset the handler; a bootstrap started without the signal held)
     CUT_SHORT = "ended by the request"
@@ -265,7 +265,7 @@ def grow_end(role: str, returncode: Optional[int], asked: bool) -> Optional[Grow
 
 
 def stopped_to_grow(role: str, returncode: Optional[int], asked: bool) -> bool:
-    """Whether the process stopped at an epoch end as asked (see grow_end)."""
+    """Whether the process stopped at a checkpoint as asked (see grow_end)."""
     return grow_end(role, returncode, asked) is GrowEnd.STOPPED
 
 

@@ -3,7 +3,7 @@
 A job of ``-n N`` runs N workers on every attempt, or does not restart. An elastic job
 (``-n MIN:MAX``, ``--host-discovery``) runs as many as the reachable slots hold, up to MAX, and
 never fewer than MIN: at its start, at each restart after a failure (a shrink, when hosts were
-lost), and when :class:`Grower` saw more slots appear and the workers stopped at an epoch end
+lost), and when :class:`Grower` saw more slots appear and the workers stopped at a checkpoint
 to let it grow. fit keeps the global batch of the run's first start whatever the count, so
 the parameters do not depend on when hosts came and went.
 """

@@ -78,7 +78,7 @@ def launch_job(options: LaunchOptions, show: Show, keep_logs: bool = False,
     attempts'; the CLI does not keep them, so a long job's output never piles up in memory).
     Before a restart the backend says which hosts can take it (ssh preflights them again); an
     elastic job (``-n MIN:MAX``) then runs as many workers as they hold, and with
-    ``--host-discovery`` also grows onto new hosts at an epoch end (see resize.py).
+    ``--host-discovery`` also grows onto new hosts at the next checkpoint (see resize.py).
     Raises LaunchError for bad options before anything starts. ``stop`` (set by the CLI's
     signal handlers) stops every process, says which, and raises Stopped; so does any
     exception (a KeyboardInterrupt: a second one during the teardown does not cut it short),
@@ -101,7 +101,7 @@ class Step(enum.Enum):
     FINISH = "finish"  # report the result and return it
     RETRY_PORT = "retry on another port"  # the scheduler's port was taken: not a restart
     RESTART = "restart"  # start the whole job again, on fresh ports
-    GROW = "grow"  # the workers stopped at an epoch end to start again with more: no restart
+    GROW = "grow"  # the workers stopped at a checkpoint to start again with more: no restart
 
 
 def next_step(result: LaunchResult, max_restarts: int) -> Step:
@@ -250,7 +250,7 @@ class Supervisor:
     def _finish(self, result: LaunchResult) -> None:
         """The job's end, reported."""
         if self.grower is not None and self.grower.asked.is_set() and result.last.failure is None:
-            self.console.note("the job ended before its workers reached an epoch end to stop "
+            self.console.note("the job ended before its workers reached a checkpoint to stop "
                               "at: it did not grow")
         self.console.report(final_lines(result, self._also_lost(result.last)))
 

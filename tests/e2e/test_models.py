@@ -42,10 +42,12 @@ def trained(tmp_path_factory):
     """``trained[where][model, how]``: the arrays of each worker of the job (``"job"``), and of
     one process with the global batch on one device (``"one"``; BatchNorm nets but one left
     out) and on one device per worker (``"two"``). The one-process runs use the workers' one
-    thread (the launcher's OMP_NUM_THREADS): with BatchNorm over 4 samples a last-bit
+    thread (the job's --threads 1): with BatchNorm over 4 samples a last-bit
     difference in a convolution's sums grows to O(1) in two steps."""
     paths = {w: tmp_path_factory.mktemp(w) for w in ("job", "one", "two")}
-    job = Job(["-n", str(WORKERS), "-s", "1", SCRIPT, str(paths["job"]),
+    # --threads 1: the workers' one thread on a machine of any core count, the user's
+    # OMP_NUM_THREADS whatever it is (a local job's default is cores / workers)
+    job = Job(["-n", str(WORKERS), "-s", "1", "--threads", "1", SCRIPT, str(paths["job"]),
                specs(BATCH, 1)], paths["job"])
     try:
         assert job.wait(timeout=900) == 0, job.out[-3000:] + job.err[-3000:]

@@ -1,5 +1,5 @@
 """Elastic jobs' transitions of the launcher's loop, fast (fake_backend.py, no MXNet): -n
-MIN:MAX at the start and at a restart (shrink), --host-discovery growing a job at an epoch end,
+MIN:MAX at the start and at a restart (shrink), --host-discovery growing a job at a checkpoint,
 the refusals, and the rule on literal values. The real jobs, with fit's exact parameters, are in
 e2e/test_netns.py."""
 import contextlib

@@ -17,7 +17,7 @@ An uncaught exception is also written to ``GLUONDIST_ERROR_FILE`` (see errorfile
 launcher reports it whole and by the time it happened. SIGUSR1 dumps every thread's Python stack
 to stderr (``faulthandler``, which works even when the main thread is stuck in C code): the
 launcher asks for it when a job stalls; SIGUSR2 is the launcher's request to stop at the next
-epoch end (gluondist.elastic), kept as a flag for fit to act on: its handler is the first thing
+checkpoint (gluondist.elastic), kept as a flag for fit to act on: its handler is the first thing
 installed, and a request held since the process started is taken then. Standard library only:
 nothing imported before the script but these and gluondist's own small modules.
 """
@@ -85,7 +85,7 @@ def _run_exitfuncs() -> None:
 
 def _finish(code: int = 0) -> None:
     """Leave after the script finished (returned, ``sys.exit(0)``, or ``sys.exit(elastic.EXIT)``
-    after every worker stopped at one epoch end to resize) as ``python SCRIPT.py`` would, in
+    after every worker stopped at one checkpoint to resize) as ``python SCRIPT.py`` would, in
     the order of ``Py_FinalizeEx``, but never through interpreter shutdown.
 
     Why (issue 28, point 7): MXNet passes its exit barrier and calls ``ps::Finalize``, which stops
@@ -197,7 +197,7 @@ def main(argv) -> None:
             runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         code = exc.code
-        if code == elastic.EXIT:  # every worker stopped at the same epoch end: a clean exit
+        if code == elastic.EXIT:  # every worker stopped at the same checkpoint: a clean exit
             _finish(code)
         if code is not None and code != 0:
             if not isinstance(code, int):
