@@ -3,7 +3,7 @@ stage-after-stage execution and against one device, for M micro-batches, beside 
 model. Also each context's parameter bytes against a per-stage budget.
 
     python benchmarks/pipeline.py [--micro 1 2 4 8] [--repeats 5] [--json PATH] [--plot PNG]
-    python benchmarks/pipeline.py --plot PNG --from results/pipeline.json  # draw only
+    python benchmarks/pipeline.py --plot PNG --from benchmarks/results/pipeline.json  # draw only
 
 One training step of an MLP (``--layers`` Dense layers of ``--width``, batch ``--batch``):
 
@@ -177,6 +177,11 @@ def main(argv=None):
     parser.add_argument("--plot", help="draw the speed-ups against the model there (PNG)")
     parser.add_argument("--from", dest="saved", help="draw from this saved JSON; run nothing")
     args = parser.parse_args(argv)
+    sys.path.insert(0, HERE)
+    from peers import writable_file
+    if args.json and not writable_file(args.json):
+        parser.error(f"--json {args.json!r}: give a FILE in a directory you can write (the "
+                     "result is written at the end)")
     if args.saved:
         with open(args.saved) as f:
             saved = json.load(f)

@@ -240,6 +240,11 @@ def main(argv=None):
     if args.case:
         print(json.dumps(_case(args.case, args.micro, args.width, args.trace)))
         return
+    sys.path.insert(0, HERE)
+    from peers import writable_file
+    if args.json and not writable_file(args.json):
+        parser.error(f"--json {args.json!r}: give a FILE in a directory you can write (the "
+                     "result is written at the end)")
     results = {}
     with tempfile.TemporaryDirectory() as scratch:
         for name, env in cases(args.temp_copies).items():

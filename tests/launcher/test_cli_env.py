@@ -51,8 +51,28 @@ def test_another_mxnet_version_is_refused_in_one_line(tmp_path):
                               capture_output=True, text=True, env={**os.environ, **env})
     assert training.returncode == 1
     assert training.stderr.strip().splitlines()[-1] == f"ImportError: {WRONG}"
+    assert "untested" not in proc.stdout  # refused, not also warned about
     # the override: a warning, and on
     env["GLUONDIST_UNTESTED_MXNET"] = "1"
     proc = run_cli("env", env=env)
     assert proc.returncode == 0, proc.stderr
     assert "warning    MXNet 2.0.0 is untested with gluondist (tested: 1.9)" in proc.stdout
+
+
+def test_a_workers_script_of_plain_mxnet_is_refused_on_another_version(tmp_path):
+    """The worker's bootstrap (what `gluondist launch` runs each worker in) reads MXNet's
+    internals at exit, so it checks the version before the script, gluondist or not: read from
+    libinfo.py as the servers read it, without importing mxnet."""
+    (tmp_path / "mxnet").mkdir()
+    (tmp_path / "mxnet" / "libinfo.py").write_text('__version__ = "1.8.0"\n')
+    (tmp_path / "mxnet" / "__init__.py").write_text("from .libinfo import __version__\n")
+    (tmp_path / "train.py").write_text("import mxnet\nprint('trained on', mxnet.__version__)\n")
+    bootstrap = [sys.executable, "-m", "gluondist.launcher.child.bootstrap", "train.py"]
+    run = lambda **env: subprocess.run(bootstrap, cwd=tmp_path, capture_output=True, text=True,
+                                       env={**os.environ, **env})
+    refused = run()
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        "ImportError: " + WRONG.replace("2.0.0", "1.8.0")]
+    allowed = run(GLUONDIST_UNTESTED_MXNET="1")
+    assert allowed.returncode == 0 and allowed.stdout == "trained on 1.8.0\n", allowed.stderr

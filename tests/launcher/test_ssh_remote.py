@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 
 import gluondist
 from conftest import wait_until
@@ -51,31 +52,36 @@ def test_it_runs_the_command_and_reports_its_exit_last(tmp_path):
     assert err.decode().splitlines()[-1] == "gluondist-exit 3"
 
 
+def stop_tag(tag):
+    return subprocess.run([sys.executable, "-m", "gluondist.launcher.child.remote", "--stop",
+                           tag], capture_output=True, text=True, timeout=60)
+
+
 def test_stop_by_tag_ends_that_launchers_trees_and_no_other(tmp_path):
     # what the launcher asks a lost host that answers again (its link came back before the
     # remote sides' silence ran out): their stdin is still open, so nothing else ends them
-    ours = [start({"argv": [sys.executable, "-c", TREE]}, tmp_path, tag="a1") for _ in range(2)]
-    other = start({"argv": [sys.executable, "-c", TREE]}, tmp_path, tag="b2")
-    procs = [*ours, other]
+    mine, theirs = uuid.uuid4().hex, uuid.uuid4().hex  # no other run's
+    ours = [start({"argv": [sys.executable, "-c", TREE]}, tmp_path, tag=mine) for _ in range(2)]
+    other = start({"argv": [sys.executable, "-c", TREE]}, tmp_path, tag=theirs)
+    # a process whose arguments only end like a remote side's of that tag
+    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "-m",
+                              "gluondist.launcher.child.remote", "--tag", mine])
     try:
-        trees = [tree_of(p) for p in procs]
-        stop = subprocess.run([sys.executable, "-m", "gluondist.launcher.child.remote",
-                               "--stop", "a1"], capture_output=True, text=True, timeout=60)
+        trees = [tree_of(p) for p in (*ours, other)]
+        stop = stop_tag(mine)
         assert json.loads(stop.stdout) == {"stopped": 2, "left": 0}, stop.stderr
         for proc, tree in zip(ours, trees):
             assert proc.wait(timeout=30) == 128 + 15  # as a stop: SIGTERM's exit status
             wait_until(lambda: not any(alive(p) for p in tree), timeout=STOP_GRACE + 10,
                        message="the tree to end")
         assert other.poll() is None and all(alive(p) for p in trees[2])
-        again = subprocess.run([sys.executable, "-m", "gluondist.launcher.child.remote",
-                                "--stop", "a1"], capture_output=True, text=True, timeout=60)
-        assert json.loads(again.stdout) == {"stopped": 0, "left": 0}
+        assert decoy.poll() is None
+        assert json.loads(stop_tag(mine).stdout) == {"stopped": 0, "left": 0}
     finally:
-        for proc in procs:
+        stop_tag(theirs)  # the remote side ends its tree (a kill would orphan it)
+        for proc in (*ours, other, decoy):
             proc.kill()
             proc.wait()
-        subprocess.run([sys.executable, "-m", "gluondist.launcher.child.remote", "--stop", "b2"],
-                       capture_output=True, timeout=60)
 
 
 def test_a_job_of_another_protocol_is_refused_by_name(tmp_path):

@@ -22,14 +22,16 @@ installed, and a request held since the process started is taken then. Standard 
 nothing imported before the script but these and gluondist's own small modules.
 """
 import faulthandler
+import importlib.util
 import os
+import re
 import runpy
 import signal
 import sys
 import time
 import traceback
 
-from ... import elastic, envvars
+from ... import elastic, envvars, mxnet_version_problem
 from . import BOOTSTRAP, errorfile
 from .proctree import STACK_SIGNAL
 
@@ -189,11 +191,13 @@ def main(argv) -> None:
     try:
         if argv[0] == "-m":
             sys.argv = [argv[1], *argv[2:]]
+            _refuse_untested_mxnet()
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         else:
             script = os.path.abspath(argv[0])
             sys.argv = [argv[0], *argv[1:]]
             sys.path[0] = os.path.dirname(script)  # as `python SCRIPT.py` would have it
+            _refuse_untested_mxnet()
             runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         code = exc.code
@@ -222,6 +226,24 @@ def main(argv) -> None:
         sys.stderr.write("".join(lines))
         _fail(1)
     _finish()
+
+
+def _refuse_untested_mxnet() -> None:
+    """Raises ImportError (one line, gluondist.mxnet_version_problem's) when the mxnet the
+    script would import is not the tested version and GLUONDIST_UNTESTED_MXNET is not 1: this
+    file reads MXNet's internals at exit, whether or not the script uses gluondist. The version
+    is read from the package's libinfo.py, as the servers read it, without importing mxnet."""
+    spec = importlib.util.find_spec("mxnet")
+    if spec is None or spec.origin is None:
+        return  # no MXNet here: nothing of it to read
+    try:
+        with open(os.path.join(os.path.dirname(spec.origin), "libinfo.py")) as f:
+            found = re.search(r"^__version__\s*=\s*[\"']([^\"']+)", f.read(), re.M)
+    except OSError:
+        return
+    problem = mxnet_version_problem(found.group(1)) if found else None
+    if problem:
+        raise ImportError(problem)
 
 
 def _user_traceback(exc: BaseException) -> list:

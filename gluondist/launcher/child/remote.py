@@ -160,14 +160,15 @@ class Remote:
 
 
 def _tagged(tag: str) -> List[int]:
-    """The pids of this user's remote sides started with ``--tag tag``."""
-    want = f"-m\0{REMOTE}\0--tag\0{tag}\0".encode()
+    """The pids of this user's remote sides started as ``PYTHON -m REMOTE --tag tag``, exactly
+    (not a process whose arguments merely end so)."""
+    want = ["-m", REMOTE, "--tag", tag, ""]  # the NUL after the last argument
     pids = []
     for name in os.listdir("/proc"):
         try:
             if name.isdigit() and os.stat(f"/proc/{name}").st_uid == os.getuid():
                 with open(f"/proc/{name}/cmdline", "rb") as f:
-                    if f.read().endswith(want):
+                    if f.read().decode(errors="replace").split("\0")[1:] == want:
                         pids.append(int(name))
         except OSError:  # gone meanwhile
             pass
