@@ -30,6 +30,9 @@ GLUONDIST_CHUNK_BYTES = "GLUONDIST_CHUNK_BYTES"
 # Chunks a worker has pushed to each server and not yet pulled back, at most
 # (gluondist.kvstore.CHUNKS_IN_FLIGHT; 0: no bound)
 GLUONDIST_CHUNKS_IN_FLIGHT = "GLUONDIST_CHUNKS_IN_FLIGHT"
+# Bytes of small whole gradients sent together on one key in dist_sync (gluondist.kv.fusion;
+# default: the chunk size; 0: each on its own)
+GLUONDIST_FUSE_BYTES = "GLUONDIST_FUSE_BYTES"
 # 1 (default): each chunk of a gradient updated as its sum comes back; 0: after the last pull
 GLUONDIST_CHUNK_UPDATES = "GLUONDIST_CHUNK_UPDATES"
 # 1: run on an MXNet other than the one gluondist was tested with (gluondist.MXNET_SUPPORTED),
@@ -76,9 +79,9 @@ GLUONDIST_LINK_TIMEOUT = "GLUONDIST_LINK_TIMEOUT"
 # own environment, and the processes read. A local or Slurm job's processes inherit them; over
 # ssh they travel with the job although the other GLUONDIST_* names stay behind
 # (transports/ssh.py). docs/environment.md's "What you can set for a job" lists these.
-JOB_SETTINGS = (GLUONDIST_EXIT_GRACE, GLUONDIST_CHUNK_BYTES, GLUONDIST_CHUNKS_IN_FLIGHT,
-                GLUONDIST_CHUNK_UPDATES, GLUONDIST_UNTESTED_MXNET, MXNET_KVSTORE_BIGARRAY_BOUND,
-                PS_VERBOSE, OMP_NUM_THREADS)
+JOB_SETTINGS = (GLUONDIST_EXIT_GRACE, GLUONDIST_CHUNK_BYTES, GLUONDIST_FUSE_BYTES,
+                GLUONDIST_CHUNKS_IN_FLIGHT, GLUONDIST_CHUNK_UPDATES, GLUONDIST_UNTESTED_MXNET,
+                MXNET_KVSTORE_BIGARRAY_BOUND, PS_VERBOSE, OMP_NUM_THREADS)
 # ps-lite's own settings (PS_VERBOSE, PS_RESEND, PS_HEARTBEAT_TIMEOUT, ...) are the job's too
 JOB_SETTING_PREFIXES = ("PS_",)
 

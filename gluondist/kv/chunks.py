@@ -56,6 +56,15 @@ def chunk_bytes_from_env(environ: Mapping[str, str] = os.environ) -> int:
                   "every array whole")
 
 
+def fuse_bytes_from_env(chunk_bytes: int, environ: Mapping[str, str] = os.environ) -> int:
+    """``GLUONDIST_FUSE_BYTES`` (else ``chunk_bytes``: a bucket of small gradients travels as
+    a chunk would), checked: 0 (each gradient on its own key), or a whole number of bytes of at
+    least MIN_CHUNK_BYTES."""
+    return _whole(environ, envvars.GLUONDIST_FUSE_BYTES, chunk_bytes, MIN_CHUNK_BYTES,
+                  f"bytes, at least {MIN_CHUNK_BYTES} (such as {CHUNK_BYTES}), or 0 to send "
+                  "each small gradient on its own key")
+
+
 def chunks_in_flight_from_env(environ: Mapping[str, str] = os.environ) -> int:
     """``GLUONDIST_CHUNKS_IN_FLIGHT`` (else CHUNKS_IN_FLIGHT), checked: 0 (no bound), or a
     whole number of chunks."""
@@ -85,7 +94,7 @@ def bigarray_bound_from_env(environ: Mapping[str, str] = os.environ) -> int:
 
 def check_environment(environ: Mapping[str, str]) -> None:
     """The variables above, as the workers will read them (ValueError in one line)."""
-    chunk_bytes_from_env(environ)
+    fuse_bytes_from_env(chunk_bytes_from_env(environ), environ)
     chunks_in_flight_from_env(environ)
     chunk_updates_from_env(environ)
     bigarray_bound_from_env(environ)

@@ -14,6 +14,7 @@ from .. import _mx
 from .._mx import mx
 from ..trees import Kept
 from . import compression as cmp
+from .fusion import Bucket, buckets
 from .staging import Staging
 from .updates import Updates
 
@@ -28,12 +29,14 @@ class Exchange:
     MXNet keeps one distributed kvstore per process, so the keys of this trainer start at
     ``offset``; a parameter of several ``chunks`` (element ranges) gets one key per chunk and
     travels as views of those ranges through ``staging`` arrays, so the pull of one chunk
-    overlaps the push of the next, sent by ``wire`` (see :mod:`gluondist.kv.compression`)."""
+    overlaps the push of the next, sent by ``wire`` (see :mod:`gluondist.kv.compression`).
+    Small whole gradients travel fused, up to ``fuse_bytes`` on one key (see
+    :mod:`gluondist.kv.fusion`; 0: each on its own), in float32 and with the updates here."""
 
     def __init__(self, params: Sequence, updates: Updates, kv=None,
                  servers_update: bool = False, offset: int = 0,
                  chunks: Optional[Sequence[Bounds]] = None, staging: Optional[Staging] = None,
-                 wire: Optional[cmp.Compression] = None):
+                 wire: Optional[cmp.Compression] = None, fuse_bytes: int = 0):
         self.params, self.updates, self.kv = list(params), updates, kv
         self.servers_update = servers_update
         self.chunks = [list(c) for c in chunks] if chunks is not None else \
@@ -48,6 +51,13 @@ class Exchange:
         # the step's pushpulls, prepared (see _mx.PushPull), on MXNet's own kvstores
         self._prepared = isinstance(kv, mx.kv.KVStore)
         self._kept = Kept()
+        fuse = fuse_bytes > 0 and kv is not None and not servers_update and \
+            type(self.wire) is cmp.Compression  # float32: MXNet's own wire
+        eligible = [p.grad_req != "null" and _mx.storage(p) == ("default", "default")
+                    for p in self.params]
+        self.buckets: List[Bucket] = buckets(self.params, self.chunks, self.first, fuse_bytes,
+                                             eligible) if fuse else []
+        self._bucket_of = {m: b for b in self.buckets for m in b.members}
 
     @property
     def distributed(self) -> bool:
@@ -68,8 +78,17 @@ class Exchange:
         if self.kv is None:
             return
         for i, param in enumerate(self.params):
-            keys, views = self._keyed(i, param.list_data())  # the first device's is sent
-            self.kv.broadcast(keys, [v[0] for v in views], out=views)
+            if i not in self._bucket_of:
+                keys, views = self._keyed(i, param.list_data())  # the first device's is sent
+                self.kv.broadcast(keys, [v[0] for v in views], out=views)
+        for bucket in self.buckets:  # the members' values in one flat array, and back
+            bucket.make(self.params)
+            for m in bucket.members:
+                self.params[m].list_data()[0].copyto(bucket.views[m][0])
+            self.kv.broadcast(bucket.key, bucket.flats[0], out=bucket.flats)
+            for m in bucket.members:
+                for view, data in zip(bucket.views[m], self.params[m].list_data()):
+                    view.copyto(data)
         if self.wire.key_factor > 1:
             self.wire.start(self.kv, self.wire_keys(),
                             [b - a for c in self.chunks for a, b in c])
@@ -128,8 +147,14 @@ class Exchange:
             return
         landing = early and self.early and self.updates.begin()
         self.wire.begin([k for i, _ in trained for k in self.keys(i)])
+        sent = set()
         for i, p in trained:
-            self._pushpull(i, p.list_grad(), landing)
+            bucket = self._bucket_of.get(i)
+            if bucket is None:
+                self._pushpull(i, p.list_grad(), landing)
+            elif bucket.key not in sent:
+                sent.add(bucket.key)
+                self._fused(bucket)
         if check:
             self.wire.check()
 
@@ -161,6 +186,19 @@ class Exchange:
                 wire.land(bufs, parts)
         for key, bufs, parts in waiting:
             self._land(key, bufs, parts, landing)
+
+    def _fused(self, bucket: Bucket) -> None:
+        """One bucket's pushpull: its members' gradients copied into their ranges of its flat
+        arrays, the flat arrays' sums copied back (a member not trained now is left out)."""
+        members = [m for m in bucket.members if self.params[m].grad_req != "null"]
+        for m in members:
+            for d, (grad, view) in enumerate(zip(self.params[m].list_grad(), bucket.views[m])):
+                self.wire.copy(("fuse-in", m, d), grad, view)
+        self._send(bucket.key, bucket.flats, bucket.flats, -bucket.members[0],
+                   ("fused", bucket.key))
+        for m in members:
+            for d, (grad, view) in enumerate(zip(self.params[m].list_grad(), bucket.views[m])):
+                self.wire.copy(("fuse-out", m, d), view, grad)
 
     def _land(self, key: int, bufs, out, landing: bool) -> None:
         """Chunk ``key``'s sum, from its staging arrays ``bufs`` into the gradient ``out``."""

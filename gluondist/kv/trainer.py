@@ -14,7 +14,7 @@ from .. import _mx, devices, envvars as ev
 from .._mx import mx
 from . import compression as cmp
 from .chunks import (chunk_bounds, chunk_bytes_from_env, chunk_updates_from_env,
-                     chunks_in_flight_from_env)
+                     chunks_in_flight_from_env, fuse_bytes_from_env)
 from .exchange import Exchange
 from .kinds import Mode
 from .node import NODE
@@ -230,6 +230,7 @@ def _chunking(chunk_bytes: Optional[int]) -> Tuple[int, int]:
     without a kvstore), GLUONDIST_CHUNK_UPDATES too."""
     if chunk_bytes is None:
         chunk_bytes = chunk_bytes_from_env()
+    fuse_bytes_from_env(chunk_bytes)
     in_flight = chunks_in_flight_from_env()
     chunk_updates_from_env()
     return chunk_bytes, in_flight
@@ -269,7 +270,10 @@ def _distributed(kv, params, updates: Updates, servers_update: bool, chunk_bytes
     servers = int(os.environ.get(ev.DMLC_NUM_SERVER, "1"))
     staging = Staging(in_flight * servers,
                       max((b - a for c in chunks if len(c) > 1 for a, b in c), default=0))
-    exchange = Exchange(params, updates, kv, servers_update, offset, chunks, staging, wire)
+    # small whole gradients fused, by default up to a chunk's size (a bucket travels as a
+    # chunk would)
+    exchange = Exchange(params, updates, kv, servers_update, offset, chunks, staging, wire,
+                        fuse_bytes=fuse_bytes_from_env(chunk_bytes))
     if chunk_updates_from_env():
         exchange.plan()
     exchange.join()

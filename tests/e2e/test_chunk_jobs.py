@@ -1,5 +1,5 @@
-"""Chunked gradients in a real 2-worker job: bit-equal to sending them whole (the chunking
-itself, in one process, is training/test_chunks.py)."""
+"""Chunked gradients, and small ones fused, in real 2-worker jobs: bit-equal to sending each
+whole on its own key (the chunking itself, in one process, is training/test_chunks.py)."""
 import numpy as np
 
 from conftest import SCRIPTS
@@ -14,3 +14,18 @@ def test_chunked_training_is_bit_equal_to_whole(launch, tmp_path):
     assert len(found["0"]) == 8 and found["16384"].keys() == found["0"].keys()
     for name, value in found["0"].items():
         assert np.array_equal(found["16384"][name], value), name
+
+
+def test_fused_small_gradients_train_bit_equal_to_each_on_its_own(launch, tmp_path):
+    """MobileNetV2 0.25 (BatchNorm, 160 arrays: most of them fused), an LSTM and an MLP, by fit
+    and by a loop of one's own, fused (the default) and with GLUONDIST_FUSE_BYTES=0, in one
+    job of two workers and two servers."""
+    job = launch("-n", 2, "-s", 2, SCRIPTS / "fused_job.py", tmp_path)
+    assert job.wait(timeout=300) == 0, job.err
+    alone, fused = (dict(np.load(tmp_path / f"params.{f}.npz")) for f in ("0", "default"))
+    assert sorted(fused) == sorted(alone) and len(alone) > 250
+    said = {f: (tmp_path / f"fused.{f}").read_text() for f in ("0", "default")}
+    assert said["0"] == "0 of 266", said  # 160 trained arrays, 106 BatchNorm statistics
+    assert int(said["default"].split()[0]) > 100, said
+    for name, value in alone.items():
+        assert np.array_equal(fused[name], value), name

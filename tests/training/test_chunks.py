@@ -123,9 +123,12 @@ def test_prepared_calls_copy_and_pushpull_as_mxnet_does_and_follow_new_arrays():
 
 
 BAD = {"GLUONDIST_CHUNK_BYTES": ("1MB", "1e6", "", "-5", "4", " 2048", "+2048", "2_048"),
+       "GLUONDIST_FUSE_BYTES": ("64k", "", "-1", "1000", "1_024"),
        "GLUONDIST_CHUNKS_IN_FLIGHT": ("two", "1.5", "", "-1", " 2 ", "+3", "1_0", "\u0662")}
 WANT = {"GLUONDIST_CHUNK_BYTES": "bytes, at least 1024 (such as 524288), or 0 to send every "
                                  "array whole",
+        "GLUONDIST_FUSE_BYTES": "bytes, at least 1024 (such as 524288), or 0 to send each "
+                                "small gradient on its own key",
         "GLUONDIST_CHUNKS_IN_FLIGHT": "chunks per server (such as 2), or 0 for no bound"}
 
 
