@@ -40,10 +40,10 @@ def commit_python(commit: str, where: str) -> str:
     return python
 
 
-def bench(python: str, args) -> dict:
-    """``{servers: step_s}`` of one `gluondist bench kvstore ARGS --json` run."""
+def bench(python: str, root: str, args) -> dict:
+    """``{servers: step_s}`` of one `gluondist bench kvstore ARGS --json` run, in ``root``."""
     run = subprocess.run([python, "-m", "gluondist.cli", "bench", "kvstore", *args, "--json"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+                         capture_output=True, text=True, cwd=root, timeout=600)
     if run.returncode != 0:
         sys.exit(f"gluondist bench kvstore {' '.join(args)} failed under {python}:\n"
                  f"{run.stderr.strip()[-2000:]}")
@@ -51,20 +51,29 @@ def bench(python: str, args) -> dict:
     return {str(r["servers"]): r["step_s"] for r in rows}
 
 
-def peer_train(python: str, epochs: int = 4) -> dict:
+def peer_train(python: str, root: str, epochs: int = 4) -> dict:
     """``{"2": median epoch s after the first}`` of one peer_train.py job (2 workers, 2
     servers, GLUONDIST_CHUNK_BYTES=65536, the setting of peers.py's runs)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "epochs.json")
         run = subprocess.run([python, "-m", "gluondist.cli", "launch", "-n", "2", "-s", "2",
                               "--env", "GLUONDIST_CHUNK_BYTES=65536",
-                              os.path.join(ROOT, "benchmarks", "peer_train.py"), "gluondist",
-                              out, str(epochs)], capture_output=True, text=True, cwd=ROOT,
+                              os.path.join(root, "benchmarks", "peer_train.py"), "gluondist",
+                              out, str(epochs)], capture_output=True, text=True, cwd=root,
                              timeout=600)
         if run.returncode != 0:
             sys.exit(f"peer_train.py failed under {python}:\n{run.stderr.strip()[-2000:]}")
         with open(out) as f:
             return {"2": statistics.median(json.load(f)["epoch_seconds"][1:])}
+
+
+def check_sides(sides: dict, commit: str) -> None:
+    """Each side imports the gluondist of its own tree (exits saying which does not)."""
+    for name, (python, root) in sides.items():
+        where = subprocess.run([python, "-c", "import gluondist; print(gluondist.__file__)"],
+                               capture_output=True, text=True, cwd=root).stdout.strip()
+        if os.path.dirname(os.path.dirname(where)) != os.path.realpath(root):
+            sys.exit(f"{name} imports gluondist from {where}, not from {root}")
 
 
 def main():
@@ -81,13 +90,17 @@ def main():
     args = argv[cut + 1:] or ["-n", "2", "--mbytes", "1"]
     with tempfile.TemporaryDirectory() as where:
         try:
-            sides = {"this tree": sys.executable, opts.commit: commit_python(opts.commit, where)}
+            # each side runs in its own tree: `python -m` imports gluondist from the working
+            # directory first, and so do the launcher's workers and servers
+            sides = {"this tree": (sys.executable, ROOT),
+                     opts.commit: (commit_python(opts.commit, where), os.path.join(where, "tree"))}
+            check_sides(sides, opts.commit)
             runs = {name: [] for name in sides}
             for rep in range(opts.repeats):
                 order = list(sides.items())
-                for name, python in (order if rep % 2 == 0 else order[::-1]):
-                    runs[name].append(peer_train(python) if opts.peer_train
-                                      else bench(python, args))
+                for name, (python, root) in (order if rep % 2 == 0 else order[::-1]):
+                    runs[name].append(peer_train(python, root) if opts.peer_train
+                                      else bench(python, root, args))
                     print(f"repeat {rep + 1}, {name}: {runs[name][-1]}", flush=True)
         finally:
             subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force",
