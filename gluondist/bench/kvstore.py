@@ -18,7 +18,7 @@ from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from .. import envvars as ev, wire
 from ..kv import compression as cmp
-from ..kv.chunks import bigarray_bound_from_env, chunk_bounds, chunk_count
+from ..kv.chunks import bigarray_bound_from_env, chunk_bounds, chunk_count, fused_runs
 from .model import (DEFAULT_BIGARRAY_BOUND, WIRE, Layout, calibrate, key_parts, link_bytes,
                     predict)
 
@@ -39,8 +39,20 @@ def keys_needed(sizes: Sequence[int], chunk_sizes: Sequence[int], trainers_each:
 
 
 def sent_sizes(sizes: Sequence[int], chunk_bytes: int) -> List[int]:
-    """The arrays as the kvstore sees them: each cut in chunks as the trainer sends it."""
-    return [b - a for n in sizes for a, b in chunk_bounds(n, 4, chunk_bytes)]
+    """The arrays as the kvstore sees them, as the trainer sends them: each cut in chunks, and
+    runs of small whole ones fused up to a chunk's size (gluondist.kv.fusion; the model places
+    the sent arrays on consecutive keys, the trainer spreads the fused ones alike)."""
+    parts = [[b - a for a, b in chunk_bounds(n, 4, chunk_bytes)] for n in sizes]
+    runs = {run[0]: run for run in fused_runs([4 * n for n in sizes],
+                                              ["float32" if len(p) == 1 else None
+                                               for p in parts], chunk_bytes)} \
+        if chunk_bytes > 0 else {}
+    sent, i = [], 0
+    while i < len(sizes):
+        run = runs.get(i, [i])
+        sent += [sum(sizes[m] for m in run)] if len(run) > 1 else parts[i]
+        i = run[-1] + 1
+    return sent
 
 
 def busiest_share(sizes: Sequence[int], servers: int,

@@ -3,7 +3,7 @@ library only, so that the launcher (``gluondist bench kvstore``) plans chunks wi
 from __future__ import annotations
 
 import os
-from typing import List, Mapping, Tuple
+from typing import List, Mapping, Sequence, Tuple
 
 from .. import envvars
 
@@ -110,6 +110,24 @@ def _whole(environ: Mapping[str, str], name: str, default: int, least: int, what
     if value != 0 and value < least:
         raise ValueError(f"{name}={text!r}: give a whole number of {what}")
     return value
+
+
+def fused_runs(nbytes: Sequence[int], groups: Sequence[object], capacity: int) -> List[List[int]]:
+    """The runs of arrays the trainer sends fused on one key (gluondist.kv.fusion): consecutive
+    arrays of one group (None: not fusable; the trainer's groups are dtype and devices), at
+    most ``capacity`` bytes a run, runs of two or more."""
+    runs: List[List[int]] = []
+    run: List[int] = []
+    total = 0
+    for i, (size, group) in enumerate(zip(nbytes, groups)):
+        if run and (group is None or group != groups[run[0]] or total + size > capacity):
+            runs.append(run)
+            run = []
+        if group is not None and size <= capacity:
+            total = size if not run else total + size
+            run.append(i)
+    runs.append(run)
+    return [r for r in runs if len(r) > 1]
 
 
 def chunk_bounds(size: int, itemsize: int, chunk_bytes: int) -> List[Tuple[int, int]]:

@@ -30,13 +30,15 @@ class Exchange:
     ``offset``; a parameter of several ``chunks`` (element ranges) gets one key per chunk and
     travels as views of those ranges through ``staging`` arrays, so the pull of one chunk
     overlaps the push of the next, sent by ``wire`` (see :mod:`gluondist.kv.compression`).
-    Small whole gradients travel fused, up to ``fuse_bytes`` on one key (see
-    :mod:`gluondist.kv.fusion`; 0: each on its own), in float32 and with the updates here."""
+    Small whole gradients travel fused, up to ``fuse_bytes`` on one key spread over the
+    ``servers`` (see :mod:`gluondist.kv.fusion`; 0: each on its own), with MXNet's own wire
+    (no compression) and the updates here."""
 
     def __init__(self, params: Sequence, updates: Updates, kv=None,
                  servers_update: bool = False, offset: int = 0,
                  chunks: Optional[Sequence[Bounds]] = None, staging: Optional[Staging] = None,
-                 wire: Optional[cmp.Compression] = None, fuse_bytes: int = 0):
+                 wire: Optional[cmp.Compression] = None, fuse_bytes: int = 0,
+                 servers: int = 1):
         self.params, self.updates, self.kv = list(params), updates, kv
         self.servers_update = servers_update
         self.chunks = [list(c) for c in chunks] if chunks is not None else \
@@ -56,7 +58,7 @@ class Exchange:
         eligible = [p.grad_req != "null" and _mx.storage(p) == ("default", "default")
                     for p in self.params]
         self.buckets: List[Bucket] = buckets(self.params, self.chunks, self.first, fuse_bytes,
-                                             eligible) if fuse else []
+                                             eligible, servers) if fuse else []
         self._bucket_of = {m: b for b in self.buckets for m in b.members}
 
     @property
@@ -191,6 +193,12 @@ class Exchange:
         """One bucket's pushpull: its members' gradients copied into their ranges of its flat
         arrays, the flat arrays' sums copied back (a member not trained now is left out)."""
         members = [m for m in bucket.members if self.params[m].grad_req != "null"]
+        moved = [self.params[m].name for m in bucket.members
+                 if self.params[m].list_ctx() != bucket.contexts
+                 or np.dtype(self.params[m].dtype) != np.dtype(bucket.dtype)]
+        if moved:
+            raise ValueError(f"parameters {', '.join(moved[:3])} moved to other devices or "
+                             "another dtype after make_trainer; make a new trainer for them")
         for m in members:
             for d, (grad, view) in enumerate(zip(self.params[m].list_grad(), bucket.views[m])):
                 self.wire.copy(("fuse-in", m, d), grad, view)

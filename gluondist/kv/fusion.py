@@ -10,6 +10,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 from .._mx import mx
+from .chunks import SERVER_HASH, fused_runs
 
 
 class Bucket:
@@ -36,30 +37,29 @@ class Bucket:
 
 
 def buckets(params: Sequence, chunks: Sequence[Sequence], first_keys: Sequence[int],
-            capacity: int, eligible: Sequence[bool]) -> List[Bucket]:
-    """The buckets of ``params``: runs of consecutive ``eligible`` whole parameters (one chunk)
-    of one dtype on the same devices, each run cut at ``capacity`` bytes; a run of one is sent
-    as before. Each bucket travels on its first member's key."""
-    found: List[Bucket] = []
-    run: List[int] = []
-    bytes_ = 0
-
-    def close():
-        if len(run) > 1:
-            found.append(Bucket(first_keys[run[0]], list(run), params))
-        run.clear()
-
-    for i, p in enumerate(params):
-        size = int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize
-        if not eligible[i] or len(chunks[i]) != 1 or size > capacity:
-            close()
+            capacity: int, eligible: Sequence[bool], servers: int = 1) -> List[Bucket]:
+    """The buckets of ``params`` (chunks.fused_runs): runs of consecutive ``eligible`` whole
+    parameters (one chunk) of one dtype on the same devices, each at most ``capacity`` bytes.
+    Every member's key is the trainer's, and only the bucket's is used: the one whose server
+    holds the fewest bytes so far, the trainer's keys placed in order, so that buckets spread
+    over the ``servers`` as consecutive chunks do (their first members' keys could all fall on
+    one)."""
+    nbytes = [int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize for p in params]
+    groups = [(np.dtype(p.dtype).str, tuple(p.list_ctx())) if ok and len(c) == 1 else None
+              for p, c, ok in zip(params, chunks, eligible)]
+    runs = {run[0]: run for run in fused_runs(nbytes, groups, capacity)} if capacity > 0 else {}
+    load, found, i = [0] * max(servers, 1), [], 0
+    server = lambda key: (key * SERVER_HASH) % len(load)
+    while i < len(params):
+        run = runs.get(i)
+        if run is None:  # its chunks, each on its own key
+            itemsize = np.dtype(params[i].dtype).itemsize
+            for j, (lo, hi) in enumerate(chunks[i]):
+                load[server(first_keys[i] + j)] += (hi - lo) * itemsize if hi > lo else nbytes[i]
+            i += 1
             continue
-        if run and (bytes_ + size > capacity or p.dtype != params[run[0]].dtype
-                    or p.list_ctx() != params[run[0]].list_ctx()):
-            close()
-        if not run:
-            bytes_ = 0
-        run.append(i)
-        bytes_ += size
-    close()
+        key = min((first_keys[m] for m in run), key=lambda k: (load[server(k)], k))
+        load[server(key)] += sum(nbytes[m] for m in run)
+        found.append(Bucket(key, run, params))
+        i = run[-1] + 1
     return found

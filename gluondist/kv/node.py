@@ -196,10 +196,12 @@ class Node:
         table[self.rank() if self.kv is not None else 0] = values
         return self.allreduce(table.ravel()).reshape(workers, len(values))
 
-    def reserve_keys(self, kv, count: int, agree: bool, compression: float = 0.0) -> int:
+    def reserve_keys(self, kv, count: int, agree: bool, compression: float = 0.0,
+                     fuse_bytes: int = 0) -> int:
         """Keys ``offset .. offset+count-1`` for a new trainer on the distributed kvstore
         ``kv``; with ``agree``, every worker must reserve the same keys for the same
-        ``compression`` (a number per setting, see Compression.code): checked."""
+        ``compression`` (a number per setting, see Compression.code) and fuse small gradients
+        up to the same ``fuse_bytes`` (the same keys, else pushes of other sizes): checked."""
         offset = self.next_key
         self.next_key += count
         if self.next_key > MAX_KEY:
@@ -209,10 +211,12 @@ class Node:
                                "(GLUONDIST_CHUNK_BYTES), or train in a new process when earlier "
                                "trainers hold the keys")
         if agree:  # a worker whose trainers differ would push to keys nobody else pulls: hang
-            rows = self.allgather([offset, count, compression])
+            rows = self.allgather([offset, count, compression, fuse_bytes])
             if (rows != rows[0]).any():
                 self.next_key = int((rows[:, 0] + rows[:, 1]).max())  # the same everywhere
                 what = "gave different compression=" if (rows[:, 2] != rows[0, 2]).any() \
+                    else "fuse small gradients up to different sizes (GLUONDIST_FUSE_BYTES, " \
+                    "chunk_bytes)" if (rows[:, 3] != rows[0, 3]).any() \
                     else "made different sequences of trainers (fit calls)"
                 raise RuntimeError(f"workers {what}; every worker of a job must run the same "
                                    "training calls in order, with the same settings")

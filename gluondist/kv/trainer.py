@@ -45,8 +45,8 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     In a dist_sync job each gradient of more than ``chunk_bytes`` (default
     :data:`CHUNK_BYTES`, or ``GLUONDIST_CHUNK_BYTES``; 0: whole) travels in chunks of about that
     size, on keys of their own, at most :data:`CHUNKS_IN_FLIGHT` per server in flight, each
-    updated as its sum comes back (:mod:`gluondist.kv.exchange`): bit-equal to sending it
-    whole.
+    updated as its sum comes back (:mod:`gluondist.kv.exchange`), and runs of smaller ones
+    fused on one key up to that size (or ``GLUONDIST_FUSE_BYTES``; :mod:`gluondist.kv.fusion`).
 
     ``params``: a ParameterDict, a list of Parameters, or a
     :class:`~gluondist.pipeline.Pipeline` (whose parameters each live on their stage's device).
@@ -250,8 +250,9 @@ def _distributed(kv, params, updates: Updates, servers_update: bool, chunk_bytes
     wire = (compression or cmp.FLOAT32).bind(kv.num_workers, count)
     wire.check_params(params)
     # key_factor 2 (fp16): the wire's keys after the float32 ones that broadcast the parameters
+    fuse_bytes = fuse_bytes_from_env(chunk_bytes)
     offset = NODE.reserve_keys(kv, count * wire.key_factor, not servers_update,
-                               compression.code if compression is not None else 0.0)
+                               compression.code if compression is not None else 0.0, fuse_bytes)
     NODE.compress(kv, compression)  # kvstore-wide (2bit): before this trainer's keys are made
     pending = [p.name for p in params if _mx.deferred(p)]
     if pending:
@@ -270,10 +271,10 @@ def _distributed(kv, params, updates: Updates, servers_update: bool, chunk_bytes
     servers = int(os.environ.get(ev.DMLC_NUM_SERVER, "1"))
     staging = Staging(in_flight * servers,
                       max((b - a for c in chunks if len(c) > 1 for a, b in c), default=0))
-    # small whole gradients fused, by default up to a chunk's size (a bucket travels as a
-    # chunk would)
+    # small whole gradients fused, by default up to a chunk's size, the buckets spread over
+    # the servers
     exchange = Exchange(params, updates, kv, servers_update, offset, chunks, staging, wire,
-                        fuse_bytes=fuse_bytes_from_env(chunk_bytes))
+                        fuse_bytes=fuse_bytes, servers=servers)
     if chunk_updates_from_env():
         exchange.plan()
     exchange.join()

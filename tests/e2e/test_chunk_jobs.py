@@ -29,3 +29,8 @@ def test_fused_small_gradients_train_bit_equal_to_each_on_its_own(launch, tmp_pa
     assert int(said["default"].split()[0]) > 100, said
     for name, value in alone.items():
         assert np.array_equal(fused[name], value), name
+    for rank in range(2):  # then worker 1 set another GLUONDIST_FUSE_BYTES than worker 0
+        assert (tmp_path / f"differ.{rank}").read_text() == (
+            "workers fuse small gradients up to different sizes (GLUONDIST_FUSE_BYTES, "
+            "chunk_bytes); every worker of a job must run the same training calls in order, "
+            "with the same settings")

@@ -1,9 +1,10 @@
 """Small gradients fused into shared keys, and each on its own, in one dist_sync job:
-`fused_job.py OUT_DIR`. Trains MobileNetV2 0.25 (160 arrays in 1.0 MB, BatchNorm), an LSTM
-language model and an MLP of 4 small Dense layers (tests/models.py), each with fit and with a
-loop of one's own (make_trainer), once with GLUONDIST_FUSE_BYTES=0 and once at the default (each
-run on keys of its own), and worker 0 writes each run's arrays to OUT_DIR/params.<fuse>.npz and
-how many of a MobileNetV2 trainer's gradients travel fused to OUT_DIR/fused.<fuse>.
+`fused_job.py OUT_DIR`. Trains MobileNetV2 0.25 (160 arrays in 1.0 MB, BatchNorm) with fit
+and with a loop of one's own (make_trainer), and an LSTM language model (tests/models.py) and
+an MLP of 4 small Dense layers with fit, once with GLUONDIST_FUSE_BYTES=0 and once at the
+default (each run on keys of its own), and worker 0 writes each run's arrays to
+OUT_DIR/params.<fuse>.npz and how many of a MobileNetV2 trainer's gradients travel fused to
+OUT_DIR/fused.<fuse>.
 """
 import os
 import sys
@@ -52,3 +53,17 @@ for fuse in ("0", "default"):
         np.savez(os.path.join(out, f"params.{fuse}.npz"), **arrays)
         with open(os.path.join(out, f"fused.{fuse}"), "w") as f:
             f.write(f"{fused} of {len(trainer.exchange.params)}")
+
+# workers that would fuse up to different sizes (here worker 1 sets another bound): refused
+# in one line on every worker, before any push of a size the other does not send
+os.environ["GLUONDIST_FUSE_BYTES"] = "2048" if gluondist.kvstore.rank() == 1 else "4096"
+probe = models.build("lstm")
+probe.initialize(mx.init.Xavier())
+probe(mx.nd.array(models.data("lstm", 1)[0]))
+try:
+    gluondist.kvstore.make_trainer(probe.collect_params(), "sgd", {})
+    said = "made"
+except RuntimeError as exc:
+    said = str(exc)
+with open(os.path.join(out, f"differ.{gluondist.kvstore.rank()}"), "w") as f:
+    f.write(said)

@@ -1,8 +1,15 @@
 """How small gradients are grouped into fused keys (gluondist.kv.fusion), in one process; their
 training in a real job, bit-equal to each on its own key: e2e/test_chunk_jobs.py."""
-import mxnet as mx
+import itertools
 
+import mxnet as mx
+import numpy as np
+import pytest
+
+from gluondist.kv.chunks import SERVER_HASH
+from gluondist.kv.exchange import Exchange
 from gluondist.kv.fusion import buckets
+from gluondist.kv.updates import Updates
 
 
 def params(*specs):
@@ -47,3 +54,46 @@ def test_nothing_is_fused_at_capacity_zero_or_past_it():
     ps = params((10, "float32", ONE), (10, "float32", ONE))
     assert buckets(ps, [[(0, 0)]] * 2, [0, 1], 0, [True] * 2) == []
     assert buckets(ps, [[(0, 0)]] * 2, [0, 1], 39, [True] * 2) == []  # 40 bytes each
+
+
+def test_dtypes_spelled_either_way_fuse_together():
+    ps = params((10, "float32", ONE), (10, "float32", ONE))
+    ps[1].dtype = np.float32  # as Conv2D and BatchNorm keep it; Dense keeps "float32"
+    assert [b.members for b in buckets(ps, [[(0, 0)]] * 2, [0, 1], 1 << 19, [True] * 2)] \
+        == [[0, 1]]
+
+
+def test_buckets_spread_over_the_servers_as_chunks_do():
+    # 16 runs of 8 arrays: each run's first key is a multiple of 8, all on server 0 of 4
+    ps = params(*[(100, "float32", ONE)] * 128)
+    found = buckets(ps, [[(0, 0)]] * 128, list(range(128)), 3200, [True] * 128, servers=4)
+    assert [len(b.members) for b in found] == [8] * 16
+    assert sorted((b.key * SERVER_HASH) % 4 for b in found) == [0] * 4 + [1] * 4 + [2] * 4 \
+        + [3] * 4
+    assert all(b.key in b.members for b in found)  # a key of its own members: never another's
+
+
+def fused_sum(fuse_bytes, devices):
+    """Gradients of three small parameters on ``devices``, summed by a local kvstore through an
+    exchange: the sums, and the exchange."""
+    ps = [mx.gluon.Parameter(f"q{i}", shape=(3, i + 2)) for i in range(3)]
+    for p in ps:
+        p.initialize(mx.init.Zero(), ctx=devices)
+    ex = Exchange(ps, Updates(ps, mx.optimizer.SGD()), mx.kv.create("local"),
+                  fuse_bytes=fuse_bytes)
+    ex.join()
+    for d, p in itertools.product(range(len(devices)), ps):
+        p.list_grad()[d][:] = mx.nd.array(np.random.RandomState(d).rand(*p.shape))
+    ex.reduce()
+    return [g.asnumpy() for p in ps for g in p.list_grad()], ex
+
+
+def test_a_fused_exchange_sums_what_keys_of_their_own_sum_and_refuses_a_move():
+    alone, _ = fused_sum(0, TWO)
+    fused, ex = fused_sum(4096, TWO)
+    assert [b.members for b in ex.buckets] == [[0, 1, 2]]
+    assert all(np.array_equal(a, b) for a, b in zip(alone, fused))
+    ex.params[1].reset_ctx(ONE)  # a bucket's flat arrays are per device, made at join
+    with pytest.raises(ValueError, match=r"parameters q1 moved to other devices or another "
+                                         r"dtype after make_trainer; make a new trainer"):
+        ex.reduce()
