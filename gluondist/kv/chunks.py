@@ -112,14 +112,20 @@ def _whole(environ: Mapping[str, str], name: str, default: int, least: int, what
     return value
 
 
+SKIP = "skip"  # a group for fused_runs: an array never sent at a step (not trained), passed over
+
+
 def fused_runs(nbytes: Sequence[int], groups: Sequence[object], capacity: int) -> List[List[int]]:
     """The runs of arrays the trainer sends fused on one key (gluondist.kv.fusion): consecutive
-    arrays of one group (None: not fusable; the trainer's groups are dtype and devices), at
-    most ``capacity`` bytes a run, runs of two or more."""
+    arrays of one group (None: not fusable, which ends a run; SKIP: not sent, passed over, as
+    BatchNorm's statistics between its layers' weights; the trainer's groups are dtype and
+    devices), at most ``capacity`` bytes a run, runs of two or more."""
     runs: List[List[int]] = []
     run: List[int] = []
     total = 0
     for i, (size, group) in enumerate(zip(nbytes, groups)):
+        if group == SKIP:
+            continue
         if run and (group is None or group != groups[run[0]] or total + size > capacity):
             runs.append(run)
             run = []

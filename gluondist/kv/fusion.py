@@ -10,7 +10,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 from .._mx import mx
-from .chunks import SERVER_HASH, fused_runs
+from .chunks import SERVER_HASH, SKIP, fused_runs
 
 
 class Bucket:
@@ -39,19 +39,25 @@ class Bucket:
 def buckets(params: Sequence, chunks: Sequence[Sequence], first_keys: Sequence[int],
             capacity: int, eligible: Sequence[bool], servers: int = 1) -> List[Bucket]:
     """The buckets of ``params`` (chunks.fused_runs): runs of consecutive ``eligible`` whole
-    parameters (one chunk) of one dtype on the same devices, each at most ``capacity`` bytes.
+    parameters (one chunk) of one dtype on the same devices, each at most ``capacity`` bytes;
+    parameters not trained now (BatchNorm's statistics) are passed over, not sent at a step
+    (unfrozen later, one travels on its own key, which the join made).
     Every member's key is the trainer's, and only the bucket's is used: the one whose server
     holds the fewest bytes so far, the trainer's keys placed in order, so that buckets spread
     over the ``servers`` as consecutive chunks do (their first members' keys could all fall on
     one)."""
     nbytes = [int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize for p in params]
-    groups = [(np.dtype(p.dtype).str, tuple(p.list_ctx())) if ok and len(c) == 1 else None
+    groups = [SKIP if p.grad_req == "null" else
+              (np.dtype(p.dtype).str, tuple(p.list_ctx())) if ok and len(c) == 1 else None
               for p, c, ok in zip(params, chunks, eligible)]
     runs = {run[0]: run for run in fused_runs(nbytes, groups, capacity)} if capacity > 0 else {}
     load, found, i = [0] * max(servers, 1), [], 0
     server = lambda key: (key * SERVER_HASH) % len(load)
     while i < len(params):
         run = runs.get(i)
+        if run is None and groups[i] == SKIP:  # not sent at a step
+            i += 1
+            continue
         if run is None:  # its chunks, each on its own key
             itemsize = np.dtype(params[i].dtype).itemsize
             for j, (lo, hi) in enumerate(chunks[i]):

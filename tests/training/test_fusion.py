@@ -97,3 +97,12 @@ def test_a_fused_exchange_sums_what_keys_of_their_own_sum_and_refuses_a_move():
     with pytest.raises(ValueError, match=r"parameters q1 moved to other devices or another "
                                          r"dtype after make_trainer; make a new trainer"):
         ex.reduce()
+
+
+def test_parameters_not_trained_are_passed_over_not_a_break():
+    # a BatchNorm's running statistics between two layers' weights are never sent at a step
+    ps = params(*[(10, "float32", ONE)] * 4)
+    ps[1].grad_req = ps[2].grad_req = "null"
+    eligible = [p.grad_req != "null" for p in ps]
+    found = buckets(ps, [[(0, 0)]] * 4, [0, 1, 2, 3], 1 << 19, eligible)
+    assert [(b.members, b.bounds) for b in found] == [([0, 3], [(0, 10), (10, 20)])]
