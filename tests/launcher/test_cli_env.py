@@ -76,3 +76,42 @@ def test_a_workers_script_of_plain_mxnet_is_refused_on_another_version(tmp_path)
         "ImportError: " + WRONG.replace("2.0.0", "1.8.0")]
     allowed = run(GLUONDIST_UNTESTED_MXNET="1")
     assert allowed.returncode == 0 and allowed.stdout == "trained on 1.8.0\n", allowed.stderr
+
+
+def test_a_server_or_scheduler_refuses_another_mxnet_version(tmp_path):
+    """The servers do not import gluondist's training side: they read MXNet's libinfo.py and
+    load its library themselves. A libinfo of 1.8.0 (the real library) is refused in one line;
+    with the override the scheduler goes on, with a warning, to its next check (its port is
+    taken here, so it ends there instead of waiting for a job)."""
+    import importlib.util
+    import socket
+    from gluondist import wire
+    real = os.path.join(os.path.dirname(importlib.util.find_spec("mxnet").origin), "libinfo.py")
+    (tmp_path / "mxnet").mkdir()
+    (tmp_path / "mxnet" / "libinfo.py").write_text(
+        open(real).read().replace('__version__ = "1.9.1"', '__version__ = "1.8.0"'))
+    (tmp_path / "mxnet" / "__init__.py").write_text("")
+    for name in os.listdir(os.path.dirname(real)):  # the library and those beside it it loads
+        if name.endswith(".so") or ".so." in name:
+            (tmp_path / "mxnet" / name).symlink_to(os.path.join(os.path.dirname(real), name))
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "DMLC_PS_ROOT_URI": "127.0.0.1",
+           "DMLC_PS_ROOT_PORT": str(taken.getsockname()[1])}
+    run = lambda role, **more: subprocess.run(
+        [sys.executable, "-m", "gluondist.launcher.child.server"], capture_output=True,
+        text=True, timeout=120, env={**env, "DMLC_ROLE": role, **more})
+    try:
+        for role in ("server", "scheduler"):
+            refused = run(role)
+            assert refused.returncode == 1
+            assert refused.stderr.splitlines() == [
+                f"gluondist {role}: " + WRONG.replace("2.0.0", "1.8.0") + "; stopping"]
+        allowed = run("scheduler", GLUONDIST_UNTESTED_MXNET="1")
+        assert allowed.returncode == wire.PORT_TAKEN
+        assert allowed.stderr.splitlines()[0] == (
+            "gluondist: warning: MXNet 1.8.0 is untested with gluondist (tested: 1.9); "
+            "GLUONDIST_UNTESTED_MXNET=1 runs it anyway")
+    finally:
+        taken.close()
