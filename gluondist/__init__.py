@@ -28,12 +28,17 @@ INSTALL_HINT = (
 MXNET_SUPPORTED = (1, 9)
 
 
+def _tested(version: str) -> bool:
+    """Whether MXNet ``version`` is of the series gluondist is tested with."""
+    return tuple(int(part) for part in version.split(".")[:2] if part.isdigit()) == \
+        MXNET_SUPPORTED
+
+
 def mxnet_version_problem(version: str):
     """One line saying what to do when MXNet ``version`` is not :data:`MXNET_SUPPORTED` (and
     GLUONDIST_UNTESTED_MXNET is not 1), or None."""
     import os
-    found = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
-    if found == MXNET_SUPPORTED or os.environ.get("GLUONDIST_UNTESTED_MXNET") == "1":
+    if _tested(version) or os.environ.get("GLUONDIST_UNTESTED_MXNET") == "1":
         return None
     return (f"gluondist is tested with MXNet {'.'.join(map(str, MXNET_SUPPORTED))}, not MXNet "
             f"{version}: install it ({INSTALL_HINT}), or set GLUONDIST_UNTESTED_MXNET=1 to "
@@ -43,8 +48,7 @@ def mxnet_version_problem(version: str):
 def mxnet_untested(version: str):
     """The warning for an MXNet other than :data:`MXNET_SUPPORTED` run with
     GLUONDIST_UNTESTED_MXNET=1, or None."""
-    found = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
-    if found == MXNET_SUPPORTED:
+    if _tested(version):
         return None
     return (f"MXNet {version} is untested with gluondist (tested: "
             f"{'.'.join(map(str, MXNET_SUPPORTED))}); GLUONDIST_UNTESTED_MXNET=1 runs it anyway")

@@ -25,8 +25,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without MXNet
 _problem = mxnet_version_problem(mx.__version__)
 if _problem:
     raise ImportError(_problem)
-if mxnet_untested(mx.__version__):
-    warnings.warn(mxnet_untested(mx.__version__), stacklevel=2)
+_untested = mxnet_untested(mx.__version__)
+if _untested:
+    warnings.warn(_untested, stacklevel=2)
 
 _LIB, _check_call = mx.base._LIB, mx.base.check_call
 _GPU = 2  # mx.Context.devstr2type["gpu"]

@@ -29,7 +29,7 @@ def describe(echo: Callable[[str], None]) -> Optional[str]:
     if not flags["DIST_KVSTORE"]:
         return ("this MXNet build lacks DIST_KVSTORE, which parameter-server jobs need; "
                 f"install one that has it: {INSTALL_HINT}")
-    problem = mxnet_version_problem(mx.__version__)
-    if problem is None and mxnet_untested(mx.__version__):  # GLUONDIST_UNTESTED_MXNET=1
-        echo(f"warning    {mxnet_untested(mx.__version__)}")
+    problem, untested = mxnet_version_problem(mx.__version__), mxnet_untested(mx.__version__)
+    if problem is None and untested:  # GLUONDIST_UNTESTED_MXNET=1
+        echo(f"warning    {untested}")
     return problem

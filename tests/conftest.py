@@ -178,9 +178,9 @@ def mlp(hidden=32):
 
 def params_of(net):
     """A net's parameters by name, as ``save_parameters`` names them (``0.weight``), each its
-    first device's copy as a numpy array."""
-    return {k: p.data(p.list_ctx()[0]).asnumpy()
-            for k, p in net._collect_params_with_prefix().items()}
+    first device's copy as a numpy array (tests/models.py's ``params``)."""
+    from models import params
+    return params(net)
 
 
 def assert_same_params(got, want, rtol=0.0, what="parameters"):
@@ -240,8 +240,7 @@ def one_process(epochs, batch, opts=None, ctx=None):
     model = fit_job.net(opts)
     history = gluondist.fit(model, train, val_data=val, epochs=epochs, batch_size=batch, seed=11,
                             optimizer_params=fit_job.optimizer_params(opts or {}), ctx=ctx)
-    params = {k: p.data().asnumpy() for k, p in model._collect_params_with_prefix().items()}
-    return params, history.history
+    return params_of(model), history.history
 
 
 def job_results(path, workers):

@@ -55,8 +55,7 @@ class Exchange:
         self._kept = Kept()
         fuse = fuse_bytes > 0 and kv is not None and not servers_update and \
             type(self.wire) is cmp.Compression  # float32: MXNet's own wire
-        eligible = [p.grad_req != "null" and _mx.storage(p) == ("default", "default")
-                    for p in self.params]
+        eligible = [_mx.storage(p) == ("default", "default") for p in self.params]  # dense
         self.buckets: List[Bucket] = buckets(self.params, self.chunks, self.first, fuse_bytes,
                                              eligible, servers) if fuse else []
         self._bucket_of = {m: b for b in self.buckets for m in b.members}
@@ -192,20 +191,20 @@ class Exchange:
     def _fused(self, bucket: Bucket) -> None:
         """One bucket's pushpull: its members' gradients copied into their ranges of its flat
         arrays, the flat arrays' sums copied back (a member not trained now is left out)."""
-        members = [m for m in bucket.members if self.params[m].grad_req != "null"]
-        moved = [self.params[m].name for m in bucket.members
-                 if self.params[m].list_ctx() != bucket.contexts
-                 or np.dtype(self.params[m].dtype) != np.dtype(bucket.dtype)]
+        params = [(m, self.params[m]) for m in bucket.members]
+        moved = [p.name for _, p in params if p.list_ctx() != bucket.contexts
+                 or np.dtype(p.dtype) != bucket.dtype]
         if moved:
             raise ValueError(f"parameters {', '.join(moved[:3])} moved to other devices or "
                              "another dtype after make_trainer; make a new trainer for them")
-        for m in members:
-            for d, (grad, view) in enumerate(zip(self.params[m].list_grad(), bucket.views[m])):
+        grads = [(m, p.list_grad()) for m, p in params if p.grad_req != "null"]
+        for m, arrays in grads:
+            for d, (grad, view) in enumerate(zip(arrays, bucket.views[m])):
                 self.wire.copy(("fuse-in", m, d), grad, view)
         self._send(bucket.key, bucket.flats, bucket.flats, -bucket.members[0],
                    ("fused", bucket.key))
-        for m in members:
-            for d, (grad, view) in enumerate(zip(self.params[m].list_grad(), bucket.views[m])):
+        for m, arrays in grads:
+            for d, (grad, view) in enumerate(zip(arrays, bucket.views[m])):
                 self.wire.copy(("fuse-out", m, d), view, grad)
 
     def _land(self, key: int, bufs, out, landing: bool) -> None:

@@ -25,7 +25,7 @@ class Bucket:
         self.bounds = list(zip(np.cumsum([0] + sizes)[:-1].tolist(), np.cumsum(sizes).tolist()))
         self.size = sum(sizes)
         first = params[members[0]]
-        self.dtype, self.contexts = first.dtype, first.list_ctx()
+        self.dtype, self.contexts = np.dtype(first.dtype), first.list_ctx()
         self.flats: list = []  # one flat array per device, made at join
         self.views: Dict[int, list] = {}  # member -> its range of each flat array, shaped
 

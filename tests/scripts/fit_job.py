@@ -177,8 +177,7 @@ def main():
                             accumulate=opts.get("accumulate", 1),
                             checkpoint_every=opts.get("every"), **extra)
     rank = kvstore.rank()
-    np.savez(os.path.join(out, f"params.{rank}.npz"),
-             **{k: p.data().asnumpy() for k, p in model._collect_params_with_prefix().items()})
+    np.savez(os.path.join(out, f"params.{rank}.npz"), **models.params(model))
     with open(os.path.join(out, f"history.{rank}.json"), "w") as f:
         json.dump(history.history, f)
     if opts.get("regression"):

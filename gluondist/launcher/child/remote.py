@@ -51,6 +51,7 @@ from .proctree import (STACK_SIGNAL, STOP_GRACE, exit_status, holding, kill_quie
                        session_cpu, signal_exit, signal_tree, stop_tree)
 
 PROTOCOL = 3  # 2: `resize`, and the exit status wire.SILENCED; 3: --tag and --stop
+STOP_WAIT = STOP_GRACE + 3.0  # seconds --stop waits for the trees it stopped (SIGKILL at grace)
 WATCH_TICK = 0.2  # seconds between looks at the launcher's silence (its keepalives: 3 s)
 CPU_EVERY = 1.0  # seconds between the tree's CPU reports (what the stall watch samples)
 
@@ -175,7 +176,7 @@ def _tagged(tag: str) -> List[int]:
     return pids
 
 
-def stop_tagged(tag: str, wait: float = STOP_GRACE + 3.0) -> dict:
+def stop_tagged(tag: str, wait: float = STOP_WAIT) -> dict:
     """SIGTERM to every remote side of ``tag`` on this host (each stops its tree, as at the end
     of its stdin), then wait up to ``wait`` seconds for them to be gone."""
     pids = _tagged(tag)

@@ -103,10 +103,11 @@ def _library():
         _die(f"mxnet at {os.path.dirname(spec.origin)} cannot load its library ({message}); "
              f"reinstall it for {sys.executable}")
     version = getattr(libinfo, "__version__", "of no version")
-    if mxnet_version_problem(version):
-        _die(mxnet_version_problem(version))
-    if mxnet_untested(version):
-        print(f"gluondist: warning: {mxnet_untested(version)}", file=sys.stderr, flush=True)
+    problem, untested = mxnet_version_problem(version), mxnet_untested(version)
+    if problem:
+        _die(problem)
+    if untested:
+        print(f"gluondist: warning: {untested}", file=sys.stderr, flush=True)
     library.MXGetLastError.restype = ctypes.c_char_p
     return library
 

@@ -30,8 +30,7 @@ from ... import envvars as ev, wire
 from ..errors import LaunchError
 from ..plan import ProcessSpec
 from .. import child
-from ..child.proctree import STOP_GRACE
-from ..child.remote import PROTOCOL
+from ..child.remote import PROTOCOL, STOP_WAIT
 from . import Backend, Show, Transport
 
 # Names never forwarded: they describe the launcher's own host or session, or are set per
@@ -196,7 +195,7 @@ class SshTransport(Transport):
         line reached them; a link back before that would leave them running past the
         launcher's exit. So each lost host is asked once more, over a new session, to stop what
         this launcher's tag still runs there (remote.py --stop), and waited for."""
-        wait = self.link.connect + STOP_GRACE + 3.0 + PREFLIGHT_TIMEOUT / 3
+        wait = self.link.connect + STOP_WAIT + PREFLIGHT_TIMEOUT / 3  # + starting Python there
         with ThreadPoolExecutor(max_workers=min(PREFLIGHT_THREADS, len(hosts)) or 1) as pool:
             return dict(zip(hosts, pool.map(lambda h: self._stop_on(h, wait), hosts)))
 
