@@ -50,8 +50,12 @@ def failure_lines(result: Result, lead: str = "") -> List[str]:
     stopped = [label for label in result.stopped if label not in lost_here]
     if stopped:
         lines.append(f"{P}stopped {', '.join(stopped)}")
-    lines += [f"{P}host {host} {what}" for host, what in result.left_on_lost]
-    return lines
+    return lines + left_lines(result)
+
+
+def left_lines(result: Result) -> List[str]:
+    """What became of the job's processes on the hosts it lost (Transport.stop_left)."""
+    return [f"{P}host {host} {what}" for host, what in result.left_on_lost]
 
 
 def _reason(f: Failure) -> str:

@@ -28,7 +28,7 @@ from .outcome import PORT_RETRIES, Attempt, Ending, Kind, LaunchResult, diagnose
 from .plan import LaunchPlan, build_plan, environment_note, user_value
 from .ports import free_ports
 from .process import ProcessGroup
-from .report import exit_line, failure_lines, final_lines
+from .report import exit_line, failure_lines, final_lines, left_lines
 from .roles import pslite_verbose
 from .transports import Backend, Show, Transport, backend as backend_of
 
@@ -166,6 +166,7 @@ class Supervisor:
                     self.console.note(taken)
                     continue
                 if step is Step.FINISH:
+                    result = self._stop_left()
                     self._finish(result)
                     return result
                 if step is Step.RESTART:
@@ -175,6 +176,8 @@ class Supervisor:
                 options = self.restartable(hosts_now(), lost=_lost_hosts(attempt)
                                            if step is Step.RESTART else ())
                 if options is None:
+                    result = self._stop_left()
+                    self.console.report(left_lines(result))
                     self.console.show(exit_line(result), True)
                     return result
                 self.options = options
@@ -208,11 +211,18 @@ class Supervisor:
                            asked_to_resize=resizing is not None and resizing.is_set())
         if attempt.signal:
             raise Stopped(attempt.signal, attempt.unreaped, self.transport.silence)
-        lost = sorted(_lost_hosts(attempt))
-        if lost:  # not before the far side is stopped, or said to be out of reach
-            attempt = dataclasses.replace(
-                attempt, left_on_lost=tuple(self.transport.stop_left(lost).items()))
         return attempt
+
+    def _stop_left(self) -> LaunchResult:
+        """The job ends (not before its far sides do): what it still runs on the hosts its last
+        attempt lost is stopped from here and waited for, or said to be out of reach, in that
+        attempt's report. A restart does not wait for it: the far sides end by themselves, and
+        an elastic restart leaves a lost host out unchecked so as not to wait for a timeout."""
+        lost = sorted(_lost_hosts(self.attempts[-1]))
+        if lost:
+            self.attempts[-1] = dataclasses.replace(
+                self.attempts[-1], left_on_lost=tuple(self.transport.stop_left(lost).items()))
+        return self.result
 
     def restartable(self, every_host, lost=()) -> Optional[LaunchOptions]:
         """Before the next attempt: ``every_host`` (the job's hosts and server hosts, as first
