@@ -57,7 +57,7 @@ def mxnet_untested(version: str):
 __all__ = ["fit", "launch", "LaunchOptions", "LaunchResult", "History", "Callback",
            "EarlyStopping", "ProgressBar", "EpochLogger", "Checkpointer", "SaveBest", "CSVLogger",
            "TensorBoard", "evaluate", "predict", "kvstore", "parallel", "recipes", "checkpoint",
-           "elastic"]
+           "elastic", "sync_batchnorm"]
 
 _LAZY = {
     "fit": ("gluondist.training.loop", "fit"),
@@ -80,6 +80,7 @@ _LAZY = {
     "recipes": ("gluondist.recipes", None),
     "checkpoint": ("gluondist.checkpoint", None),
     "elastic": ("gluondist.elastic", None),
+    "sync_batchnorm": ("gluondist.syncbn", "sync_batchnorm"),
     "callbacks": ("gluondist.callbacks", None),  # a door to names already in __all__
 }
 

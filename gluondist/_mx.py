@@ -106,6 +106,32 @@ def children(block) -> list:
     return list(block._children.values())
 
 
+def replace_child(parent, old, new) -> None:
+    """Put block ``new`` where ``old`` is among ``parent``'s children (under the same name, so
+    parameter names by structure stay), hybridized as ``old`` was."""
+    for name, child in parent._children.items():
+        if child is old:
+            parent._children[name] = new
+    for attr, value in list(vars(parent).items()):
+        if value is old:  # Block.__setattr__ refuses a change of type
+            parent.__dict__[attr] = new
+    if getattr(old, "_active", False):
+        new.hybridize(True, **dict(old._flags))
+
+
+def forget_graphs(block) -> None:
+    """Make every hybridized block below ``block`` trace its graph again at its next call."""
+    if isinstance(block, mx.gluon.HybridBlock):
+        block._clear_cached_op()
+    for child in block._children.values():
+        forget_graphs(child)
+
+
+def batchnorm_settings(block) -> dict:
+    """A BatchNorm's operator settings (axis, eps, momentum, fix_gamma, use_global_stats)."""
+    return dict(block._kwargs)
+
+
 def own_parameter_names(block) -> set:
     """The names of the parameters ``hybrid_forward`` receives as arguments."""
     return set(getattr(block, "_reg_params", {}))

@@ -77,6 +77,8 @@ class DataParallel(ParallelMode):
 
     name = "data"
     description = "each device a copy of the net"
+    options = ("sync_batchnorm",)
+    options_text = "normalise over the whole job's batch"
 
     def check(self, args, ctxs, mode) -> None:
         if args.kvstore is None and len(ctxs) > 1:

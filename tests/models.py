@@ -28,14 +28,16 @@ OPTIMIZER = {"learning_rate": 0.05, "momentum": 0.9}
 class LanguageModel(nn.HybridBlock):
     """The next token of each position: Embedding, an LSTM or a GRU, a Dense decoder."""
 
-    def __init__(self, cell):
+    def __init__(self, cell, batchnorm=False):
         super().__init__()
         self.embed = nn.Embedding(VOCAB, 16)
         self.rnn = (rnn.LSTM if cell == "lstm" else rnn.GRU)(24, layout="NTC")
+        self.norm = nn.BatchNorm(axis=2) if batchnorm else None  # over samples and steps
         self.out = nn.Dense(VOCAB, flatten=False)
 
     def hybrid_forward(self, F, x):
-        return self.out(self.rnn(self.embed(x)))
+        h = self.rnn(self.embed(x))
+        return self.out(self.norm(h) if self.norm is not None else h)
 
 
 class Attention(nn.HybridBlock):
@@ -72,6 +74,12 @@ def build(name):
         net = no_dropout(vision.get_model(name, classes=CLASSES))
     elif name in ("lstm", "gru"):
         net = LanguageModel(name)
+    elif name == "lstmbn":
+        net = LanguageModel("lstm", batchnorm=True)
+    elif name == "mlpbn":
+        net = nn.HybridSequential()
+        net.add(nn.Dense(32, use_bias=False), nn.BatchNorm(), nn.Activation("relu"),
+                nn.Dense(CLASSES))
     elif name == "attention":
         net = Attention()
     elif name in ("conv", "convbn"):  # a small conv net, for the modes (fit_job.py); average
@@ -92,7 +100,7 @@ def build(name):
 def data(name, samples):
     """``samples`` inputs and labels for ``name``, the same in every process."""
     rs = np.random.RandomState(sum(map(ord, name)))
-    if name in ("lstm", "gru"):
+    if name in ("lstm", "gru", "lstmbn"):
         tokens = rs.randint(0, VOCAB, (samples, STEPS + 1))
         return tokens[:, :-1].astype(np.float32), tokens[:, 1:].astype(np.float32)
     if name == "attention":
@@ -141,5 +149,30 @@ def train_loop(name, batch, steps, ctx=1):
         with mx.autograd.record():
             losses = [loss(net(a), b) for a, b in zip(xs, ys)]
         mx.autograd.backward(losses)
+        trainer.step(count)
+    return net
+
+
+def train_sync(name, batch, steps, dtype="float64", sync=True):
+    """``name`` (with BatchNorm) as :func:`train_loop` trains it on one device, in ``dtype``,
+    its BatchNorm layers synchronised over the job (``sync``: gluondist.sync_batchnorm)."""
+    net = build(name)
+    net.cast(dtype)
+    mx.random.seed(5)
+    net.initialize(mx.init.Xavier())
+    X, y = data(name, batch * kvstore.num_workers() * steps)
+    X, y = X.astype(dtype), y.astype(dtype)
+    net(mx.nd.array(X[:1], dtype=dtype))
+    if sync:
+        gluondist.sync_batchnorm(net)
+    trainer = kvstore.make_trainer(net.collect_params(), "sgd", dict(OPTIMIZER))
+    loss = mx.gluon.loss.SoftmaxCrossEntropyLoss()
+    sampler = kvstore.ShardedBatchSampler(len(X), batch, kvstore.num_workers(), kvstore.rank(),
+                                          seed=5)
+    for indices, count in sampler.batches():
+        with mx.autograd.record():
+            losses = loss(net(mx.nd.array(X[indices], dtype=dtype)),
+                          mx.nd.array(y[indices], dtype=dtype))
+        losses.backward()
         trainer.step(count)
     return net

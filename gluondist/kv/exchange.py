@@ -15,6 +15,7 @@ from .._mx import mx
 from ..trees import Kept
 from . import compression as cmp
 from .fusion import Bucket, buckets
+from .node import KV_LOCK, quiet
 from .staging import Staging
 from .updates import Updates
 
@@ -78,6 +79,7 @@ class Exchange:
         for each other, so no first pull races a gradient push."""
         if self.kv is None:
             return
+        quiet()  # broadcast inits its keys, a barrier: see KV_LOCK
         for i, param in enumerate(self.params):
             if i not in self._bucket_of:
                 keys, views = self._keyed(i, param.list_data())  # the first device's is sent
@@ -144,7 +146,9 @@ class Exchange:
         trained = [(i, p) for i, p in enumerate(self.params) if p.grad_req != "null"]
         if self.servers_update:
             for i, p in trained:
-                self.kv.pushpull(self.first[i], p.list_grad(), out=p.list_data(), priority=-i)
+                with KV_LOCK:
+                    self.kv.pushpull(self.first[i], p.list_grad(), out=p.list_data(),
+                                     priority=-i)
             return
         landing = early and self.early and self.updates.begin()
         self.wire.begin([k for i, _ in trained for k in self.keys(i)])
@@ -216,6 +220,10 @@ class Exchange:
     def _send(self, key: int, values: list, out: list, priority: int, name) -> None:
         """One MXNet key's pushpull of ``values`` (one array per device) into ``out``, its C
         call prepared once under ``name`` where it pulls into what it pushes."""
+        with KV_LOCK:
+            self._issue(key, values, out, priority, name)
+
+    def _issue(self, key: int, values: list, out: list, priority: int, name) -> None:
         if self.wire.kvstore_wide:  # MXNet's 2-bit refuses pushpull
             self.kv.push(key, values, priority=priority)
             self.kv.pull(key, out=out, priority=priority)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -35,6 +36,20 @@ REDUCE_SAFE = REDUCE_BASE // SERVER_HASH  # the largest safe m
 # BIT_KEYS keys of that range, REDUCE_BASE + REDUCE_SAFE - j, REDUCE_CHUNK values each.
 BIT_KEYS = 1024
 MAX_REDUCE = (REDUCE_SAFE - REDUCE_CHUNK - BIT_KEYS) * REDUCE_CHUNK  # the longest vector
+
+# Held while a push or pull of the distributed kvstore is issued, never while one is waited
+# for. MXNet's kvstore keeps its buffers in maps it does not lock (src/kvstore/kvstore_dist.h),
+# and BatchNorm's job-wide sums (gluondist.syncbn) are issued from MXNet's custom-operator
+# threads while the trainer's thread issues the step's pushes. The calls that block on the
+# other workers (init, a barrier) wait for MXNet's engine first instead (quiet()): held there,
+# the lock would stop this worker's sums, which another worker may be waiting for.
+KV_LOCK = threading.Lock()
+
+
+def quiet() -> None:
+    """Wait until every operation queued in MXNet's engine has run, so that no custom
+    operator of this process touches the kvstore during a call that blocks on the job."""
+    mx.nd.waitall()
 
 
 def role() -> Optional[str]:
@@ -89,12 +104,17 @@ class Node:
         self.reduce_keys: set = set()
         # a kvstore-wide compression (2bit), once set: for good
         self.compression: Optional[cmp.Compression] = None
+        # keys pushed as they are, whatever the compression (synchronised BatchNorm's): set
+        self.plain_pushes = False
 
     def compress(self, kv, compression: Optional[cmp.Compression]) -> None:
         """Give the distributed kvstore ``kv`` the kvstore-wide compression a trainer asks for
         (MXNet's 2-bit), before its keys are made (or check that it has the same: MXNet cannot
         undo it)."""
         if self.compression is None and compression is not None and compression.kvstore_wide:
+            if self.plain_pushes:
+                raise ValueError("MXNet's 2-bit compression would compress the sums of "
+                                 "sync_batchnorm's layers too: use compression='fp16' or none")
             compression.setup(kv)
             self.compression = compression
             return
@@ -144,6 +164,7 @@ class Node:
 
     def barrier(self) -> None:
         if self.kv is not None:
+            quiet()
             _mx.barrier(self.kv)
 
     def allreduce(self, values: Sequence[float]) -> np.ndarray:
@@ -166,10 +187,12 @@ class Node:
         arrays = [mx.nd.array(p, dtype="float64") for p in parts]
         new = [(k, a) for k, a in zip(keys, arrays) if k not in self.reduce_keys]
         if new:
+            quiet()
             self.kv.init([k for k, _ in new], [mx.nd.zeros_like(a) for _, a in new])
             self.reduce_keys.update(k for k, _ in new)
         outs = [mx.nd.zeros_like(a) for a in arrays]
-        self.kv.pushpull(keys, arrays, out=outs)
+        with KV_LOCK:
+            self.kv.pushpull(keys, arrays, out=outs)
         return [o.asnumpy() for o in outs]
 
     def _sum_float32(self, flat: np.ndarray) -> np.ndarray:
@@ -183,10 +206,12 @@ class Node:
         arrays = [mx.nd.array(p, dtype="float32") for p in padded.reshape(count, -1)]
         new = [(k, a) for k, a in zip(keys, arrays) if k not in self.reduce_keys]
         if new:
+            quiet()
             self.kv.init([k for k, _ in new], [mx.nd.zeros_like(a) for _, a in new])
             self.reduce_keys.update(k for k, _ in new)
-        self.kv.push(keys, arrays)
-        self.kv.pull(keys, out=arrays)
+        with KV_LOCK:
+            self.kv.push(keys, arrays)
+            self.kv.pull(keys, out=arrays)
         return np.concatenate([a.asnumpy() for a in arrays])
 
     def allgather(self, values: Sequence[float]) -> np.ndarray:

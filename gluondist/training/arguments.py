@@ -257,6 +257,12 @@ class FitArgs:
               "checkpoint (needs `checkpoint_dir`; not under `dist_async`); see "
               "[Long jobs](long-jobs.md).", _optional(_count(1)))
 
+    sync_batchnorm: bool = _arg(
+        False, "`True`: every `BatchNorm` of the net normalises with the statistics of the "
+               "whole global batch, summed over the job's workers (one device each), so the "
+               "job computes what one process with the global batch does; see "
+               "[Models](models.md#batchnorm-over-the-whole-job).", _flag)
+
     def __post_init__(self):
         for f in fields(self):
             f.metadata["check"](getattr(self, f.name), f.name)

@@ -47,7 +47,7 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
         class_weight: Optional[Dict[int, float]] = None, parallel: str = "data",
         micro_batches: int = 1, stages: Optional[Sequence[int]] = None,
         compression: Union[None, str, dict] = None,
-        checkpoint_every: Optional[int] = None) -> History:
+        checkpoint_every: Optional[int] = None, sync_batchnorm: bool = False) -> History:
     """Train ``net`` and return a :class:`~gluondist.training.callbacks.History`.
 
     ``train_data``/``val_data``: an ``(X, y)`` tuple of numpy arrays or NDArrays, a
@@ -73,7 +73,9 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
     ``accumulate=k``: one update every k batches with the sum of their gradients. Several
     inputs or outputs: ``((X1, X2), (y1, y2))``, ``loss=[l1, l2]``, ``loss_weights``,
     ``metrics={output: names}``. ``parallel='pipeline'``: docs/pipeline.md. ``compression``:
-    gradients sent as float16 (``'fp16'``) or MXNet's 2-bit in a ``dist_sync`` job. Inputs,
+    gradients sent as float16 (``'fp16'``) or MXNet's 2-bit in a ``dist_sync`` job.
+    ``sync_batchnorm``: BatchNorm statistics of the global batch (see
+    :func:`gluondist.syncbn.sync_batchnorm`). Inputs,
     labels and weights are cast to float32 (the net must be float32); ``optimizer_params`` and
     an optimizer instance are copied, never changed. Every argument, its default and meaning:
     the table in docs/fit.md, from :class:`~gluondist.training.arguments.FitArgs`.
@@ -89,7 +91,8 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
         checkpoint_dir=checkpoint_dir, resume=resume, progress=progress, seed=seed,
         terminate_on_nan=terminate_on_nan, accumulate=accumulate, loss_weights=loss_weights,
         class_weight=class_weight, parallel=parallel, micro_batches=micro_batches,
-        stages=stages, compression=compression, checkpoint_every=checkpoint_every))))
+        stages=stages, compression=compression, checkpoint_every=checkpoint_every,
+        sync_batchnorm=sync_batchnorm))))
 
 
 def _train(loop: LoopState) -> History:

@@ -12,7 +12,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .. import checkpoint, envvars, kvstore as kvs
+from .. import checkpoint, envvars, kvstore as kvs, syncbn
 from .._mx import mx
 from ..kv.kinds import Mode
 from ..kv.sampling import SEEDS
@@ -100,6 +100,8 @@ def start(cfg: FitConfig) -> LoopState:
         seed = _job_seed() if distributed else random.SystemRandom().randrange(SEEDS)
     start = (ckpt.epoch + (ckpt.batch is None)) if ckpt is not None else 0
     start_batch = (ckpt.batch or 0) if ckpt is not None else 0
+    if args.sync_batchnorm:  # the shapes are known (prepare ran a batch), before the trainer
+        syncbn.sync_batchnorm(cfg.model, kv if distributed else None)
     trainer = cfg.layout.make_trainer(cfg.model, cfg.optimizer, cfg.opt_params or None, kv,
                                       cfg.copies, cfg.batch_size * args.accumulate,
                                       compression=args.compression)

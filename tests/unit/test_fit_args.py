@@ -46,6 +46,7 @@ BAD = {
     "compression": ("3bit", r"^compression must be None, 'fp16', '2bit' or \{'type': '2bit', "
                             r"'threshold': T\}, not '3bit'$"),
     "checkpoint_every": (0, r"^checkpoint_every must be a positive integer, not 0$"),
+    "sync_batchnorm": ("yes", r"^sync_batchnorm must be True or False, not 'yes'$"),
 }
 
 
