@@ -43,17 +43,19 @@ class EpochTimes:
         return Timer()
 
 
-def worker(model: str, out: str) -> None:
-    """One worker of the job: ``model`` through fit; worker 0 writes its epoch times."""
+def worker(model: str, out: str, sizes=(BATCH, STEPS, EPOCHS), **fit) -> None:
+    """One worker of the job: ``model`` through fit (with ``fit``'s further arguments), at
+    ``sizes`` (batch a worker, steps, epochs); worker 0 writes its epoch times."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     import gluondist
     import models
+    batch, steps, epochs = sizes
     net = models.build(model)
-    X, y = models.data(model, BATCH * STEPS * gluondist.kvstore.num_workers())
+    X, y = models.data(model, batch * steps * gluondist.kvstore.num_workers())
     timer = EpochTimes()
-    gluondist.fit(net, (X, y), epochs=EPOCHS, batch_size=BATCH, seed=5, progress=False,
+    gluondist.fit(net, (X, y), epochs=epochs, batch_size=batch, seed=5, progress=False,
                   metrics=[], optimizer_params=dict(models.OPTIMIZER),
-                  callbacks=[timer.make()])
+                  callbacks=[timer.make()], **fit)
     if gluondist.kvstore.rank() == 0:
         with open(out, "w") as f:
             json.dump(timer.times, f)
@@ -61,50 +63,77 @@ def worker(model: str, out: str) -> None:
 
 def job(model: str, fused: bool, scratch: str) -> float:
     """One job's median epoch after the first, in seconds."""
-    out = os.path.join(scratch, "times.json")
     env = dict(os.environ)
     env.pop("GLUONDIST_FUSE_BYTES", None)
     if not fused:
         env["GLUONDIST_FUSE_BYTES"] = "0"
+    return job_epoch(os.path.abspath(__file__), [model], scratch, env)
+
+
+def job_epoch(script: str, args: list, scratch: str, env=None) -> float:
+    """The median epoch after the first of a 2-worker, 1-server job of ``script --worker
+    ARGS OUT`` (whose worker 0 writes its epoch times to OUT), in seconds."""
+    out = os.path.join(scratch, "times.json")
     subprocess.run([sys.executable, "-m", "gluondist.cli", "launch", "-n", "2", "-s", "1",
-                    os.path.abspath(__file__), "--worker", model, out], check=True, env=env,
-                   cwd=ROOT, stdout=subprocess.DEVNULL)
+                    script, "--worker", *args, out], check=True, env=env, cwd=ROOT,
+                   stdout=subprocess.DEVNULL)
     with open(out) as f:
         return statistics.median(json.load(f)[1:])
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    parser.add_argument("--models", nargs="+", default=["mobilenetv2_0.25", "resnet18_v1"])
+def alternate(arms, repeats: int, run) -> dict:
+    """``{arm: [run(arm) of each repeat]}``, the arms alternating, each first in turn."""
+    runs = {arm: [] for arm in arms}
+    for r in range(repeats):
+        for arm in (arms if r % 2 == 0 else arms[::-1]):
+            runs[arm].append(run(arm))
+    return runs
+
+
+def arguments(doc: str, models: list, worker_args: int, argv):
+    """The command line of a benchmark of ``models`` (``--models``, ``--repeats``, ``--json``,
+    and its workers' hidden ``--worker`` of ``worker_args`` values)."""
+    parser = argparse.ArgumentParser(description=" ".join(doc.split("\n\n")[0].split()))
+    parser.add_argument("--models", nargs="+", default=models)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", help="write the results there")
-    parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs=worker_args, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.worker:
-        return worker(*args.worker)
     sys.path.insert(0, HERE)
     from peers import writable_file
-    if args.json and not writable_file(args.json):
+    if not args.worker and args.json and not writable_file(args.json):
         parser.error(f"--json {args.json!r}: give a FILE in a directory you can write (the "
                      "result is written at the end)")
-    results = {"command": " ".join(["python", "benchmarks/fusion.py", *(argv or sys.argv[1:])]),
-               "batch": BATCH, "steps": STEPS, "epochs": EPOCHS, "models": {}}
+    return args
+
+
+def main(argv=None):
+    args = arguments(__doc__, ["mobilenetv2_0.25", "resnet18_v1"], 2, argv)
+    if args.worker:
+        return worker(*args.worker)
+    compare(args, argv, "fusion.py", (BATCH, STEPS, EPOCHS), ("fused", "alone"),
+            lambda model, arm, scratch: job(model, arm == "fused", scratch),
+            lambda fused, alone: f"{fused:.3f} s fused, {alone:.3f} s each on its own key: "
+                                 f"{alone / fused:.2f}x")
+
+
+def compare(args, argv, script: str, sizes, arms, run, say) -> None:
+    """Each model's epochs under the two ``arms`` (``run(model, arm, scratch)``), alternating;
+    their medians and the second's over the first's, printed (``say(first, second)``) and
+    written to ``--json`` with the ``sizes`` (batch a worker, steps, epochs)."""
+    results = {"command": " ".join(["python", f"benchmarks/{script}", *(argv or sys.argv[1:])]),
+               "batch": sizes[0], "steps": sizes[1], "epochs": sizes[2], "models": {}}
     with tempfile.TemporaryDirectory() as scratch:
         for model in args.models:
-            runs = {"fused": [], "alone": []}
-            for r in range(args.repeats):  # alternating, each first in turn
-                order = ("fused", "alone") if r % 2 == 0 else ("alone", "fused")
-                for arm in order:
-                    runs[arm].append(job(model, arm == "fused", scratch))
-            fused, alone = (statistics.median(runs[a]) for a in ("fused", "alone"))
-            results["models"][model] = {**runs, "median_fused": fused, "median_alone": alone,
-                                        "alone_over_fused": alone / fused}
-            print(f"{model}: epoch of {STEPS} steps {fused:.3f} s fused, {alone:.3f} s each "
-                  f"on its own key: {alone / fused:.2f}x", flush=True)
+            runs = alternate(arms, args.repeats, lambda arm: run(model, arm, scratch))
+            first, second = (statistics.median(runs[a]) for a in arms)
+            results["models"][model] = {**runs, f"median_{arms[0]}": first,
+                                        f"median_{arms[1]}": second,
+                                        f"{arms[1]}_over_{arms[0]}": second / first}
+            print(f"{model}: epoch of {sizes[1]} steps {say(first, second)}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
-
 
 if __name__ == "__main__":
     main()
