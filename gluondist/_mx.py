@@ -115,6 +115,10 @@ def replace_child(parent, old, new) -> None:
     for attr, value in list(vars(parent).items()):
         if value is old:  # Block.__setattr__ refuses a change of type
             parent.__dict__[attr] = new
+        elif isinstance(value, list):  # children kept in a list and registered by hand
+            value[:] = [new if v is old else v for v in value]
+        elif isinstance(value, tuple) and any(v is old for v in value):
+            parent.__dict__[attr] = tuple(new if v is old else v for v in value)
     if getattr(old, "_active", False):
         new.hybridize(True, **dict(old._flags))
 

@@ -195,8 +195,9 @@ class SyncBatchNorm(mx.gluon.HybridBlock):
         squares = F.sum(F.square(centred), axis=axis, exclude=True, keepdims=True)
         var = F.Custom(squares, total, mean, running_mean, running_var, phase="var", **common)
         scale = F.rsqrt(var + self.eps)
-        if not self.fix_gamma:
-            scale = F.broadcast_mul(scale, F.reshape_like(gamma, scale))
+        gamma = F.reshape_like(gamma, scale)
+        # fix_gamma (scale=False): gamma counts as 1, as in MXNet's BatchNorm (and is used)
+        scale = F.broadcast_mul(scale, F.ones_like(gamma) if self.fix_gamma else gamma)
         return F.broadcast_add(F.broadcast_mul(centred, scale), F.reshape_like(beta, scale))
 
     def __repr__(self):
@@ -234,6 +235,17 @@ def sync_batchnorm(net, kvstore="auto") -> int:
         _mx.replace_child(parent, bn, SyncBatchNorm(bn, len(_LAYERS) - 1))
     _mx.forget_graphs(net)
     return len(found)
+
+
+def check_shares(samples: int, global_batch: int, workers: int, last_batch: str) -> None:
+    """Refuse a run whose last global batch leaves a worker no sample: that worker's stand-in
+    pass (one sample weighed with zero) would count in every layer's sums."""
+    left = samples % global_batch if last_batch == "keep" else 0
+    if 0 < left < workers:
+        raise ValueError(f"sync_batchnorm: {samples} samples in global batches of "
+                         f"{global_batch} leave a last batch of {left}, which gives some of the "
+                         f"{workers} workers no sample; drop it (a DataLoader with "
+                         "last_batch='discard') or use a sample count that gives each a share")
 
 
 def _batchnorms(block):

@@ -115,6 +115,8 @@ def start(cfg: FitConfig) -> LoopState:
     sampler = kvs.ShardedBatchSampler(len(cfg.train), cfg.batch_size, workers, rank, seed=seed,
                                       last_batch=cfg.train.last_batch,
                                       global_batch_size=global_batch)
+    if args.sync_batchnorm:
+        syncbn.check_shares(len(cfg.train), global_batch, workers, cfg.train.last_batch)
     run = Run(net=args.net, trainer=trainer, history=callbacks.first(History),
               callbacks=callbacks, epochs=args.epochs, start=start, steps=len(sampler),
               rank=rank, num_workers=workers, seed=seed, mode=cfg.mode,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import gluondist
-from conftest import assert_same_params, params_of
+from conftest import assert_same_params
 
 
 def conv_bn(x=None, **bn):
@@ -50,12 +50,12 @@ def test_parameters_and_their_names_are_kept():
     net = mx.gluon.model_zoo.vision.resnet18_v1(classes=4)
     net.initialize()
     net(mx.nd.zeros((1, 3, 32, 32)))
-    before = params_of(net)
-    gamma = net.features[1].gamma
+    before = net._collect_params_with_prefix()
     net.hybridize()
     assert gluondist.sync_batchnorm(net) == 20
-    assert net.features[1].gamma is gamma
-    assert_same_params(net, before)
+    after = net._collect_params_with_prefix()  # by structural name: the same objects
+    assert sorted(after) == sorted(before)
+    assert all(after[name] is param for name, param in before.items())
     assert net(mx.nd.zeros((1, 3, 32, 32))).shape == (1, 4)
     assert gluondist.sync_batchnorm(net) == 0  # nothing left to convert
 
@@ -84,3 +84,29 @@ def test_fit_refuses_it_with_a_pipeline():
     with pytest.raises(ValueError, match="sync_batchnorm normalise over the whole job's batch: "
                                          "pass parallel='data'"):
         gluondist.fit(net, (X, y), parallel="pipeline", ctx=2, sync_batchnorm=True)
+
+
+def test_a_layer_kept_in_a_list_is_converted_there_too():
+    class Listed(mx.gluon.HybridBlock):
+        def __init__(self):
+            super().__init__()
+            self.norms = [mx.gluon.nn.BatchNorm()]
+            self.register_child(self.norms[0], "norm0")
+
+        def hybrid_forward(self, F, x):
+            return self.norms[0](x)
+
+    net = Listed()
+    net.initialize()
+    net(mx.nd.ones((2, 3)))
+    assert gluondist.sync_batchnorm(net) == 1
+    assert type(net.norms[0]).__name__ == "SyncBatchNorm"
+
+
+def test_a_last_batch_that_leaves_a_worker_no_sample_is_refused():
+    from gluondist.syncbn import check_shares
+    check_shares(10, 4, 2, "keep")  # a last batch of 2: one each
+    check_shares(9, 4, 2, "discard")
+    with pytest.raises(ValueError, match="leave a last batch of 1, which gives some of the 2 "
+                                         "workers no sample; drop it"):
+        check_shares(9, 4, 2, "keep")
