@@ -58,7 +58,15 @@ def _commands() -> dict:
 
 
 def _script_options(path: str) -> set:
-    return set(re.findall(r"add_argument\(\s*\"(--[a-z0-9-]+)\"", (ROOT / path).read_text()))
+    """The options a script declares, and those of the modules beside it that it imports
+    its command line from (benchmarks/syncbn.py takes fusion.py's)."""
+    text = (ROOT / path).read_text()
+    found = set(re.findall(r"add_argument\(\s*\"(--[a-z0-9-]+)\"", text))
+    for module in re.findall(r"^from (\w+) import", text, re.M):
+        beside = (ROOT / path).parent / f"{module}.py"
+        if beside.exists() and beside != ROOT / path:
+            found |= _script_options(beside.relative_to(ROOT).as_posix())
+    return found
 
 
 def cli_help() -> str:

@@ -42,9 +42,10 @@ class _Layer:
     in a job, its kvstore keys (one per sum: ``mean``, ``var`` forward, ``dmean``, ``dvar``
     backward).
 
-    The devices are not told apart: MXNet gives a custom operator on ``cpu(1)`` arrays that
-    say ``cpu(0)``. None is needed either: a device's next call for the same sum comes only
-    after this round's (its forward waits for the backward, which waits for the sum), and the
+    Several devices (kept for GPUs; on CPUs sync_batchnorm refuses them, see docs/models.md)
+    are not told apart: MXNet gives a custom operator on ``cpu(1)`` arrays that say
+    ``cpu(0)``. None is needed either: a device's next call for the same sum comes only after
+    this round's (its forward waits for the backward, which waits for the sum), and the
     float64 sum of a few float32 figures does not depend on their order."""
 
     def __init__(self, name: str, devices: int, kv=None, keys: Optional[Dict] = None):
@@ -226,8 +227,8 @@ def sync_batchnorm(net, kvstore="auto") -> int:
     contexts = found[0][1].gamma.list_ctx()
     if len(contexts) > 1:
         raise ValueError(f"sync_batchnorm: {found[0][1].name} lives on {len(contexts)} devices; "
-                         "it runs one device per worker (MXNet 1.9 stalls a second device while "
-                         "the first waits for its sum): launch one worker per device "
+                         "it runs one device per worker (on CPUs MXNet 1.9 deadlocks devices that "
+                         "wait for each other: docs/models.md): launch one worker per device "
                          "(gluondist launch -n DEVICES), each with ctx=one device")
     kv, keys = _job_keys(kvstore, [bn.gamma.shape[0] for _, bn in found], len(contexts))
     for i, (parent, bn) in enumerate(found):

@@ -14,17 +14,23 @@ from conftest import SCRIPTS, job_results, kill_during_a_write
 SCRIPT = str(SCRIPTS / "fit_job.py")
 
 
-@pytest.mark.parametrize("net", [None, "convbn"])
+@pytest.mark.parametrize("net", [None, "convbn", "convbn sync"])
 def test_a_worker_killed_mid_epoch_resumes_from_the_step_checkpoint_bit_equal(launch, tmp_path,
                                                                               net):
     """129 samples in global batches of 16: 9 batches an epoch, a checkpoint every 2 updates
     of the run (after batches 2, 4, 6, 8 of epoch 1, then 1, 3, 5, 7 of epoch 2). Worker 1
     is killed after batch 5 of epoch 2, before that batch's checkpoint: the job resumes after
     batch 3, with at most 2 batches trained again. The MLP, and a Conv2D + BatchNorm net
-    (tests/models.py), whose running statistics must resume bit-equal too."""
+    (tests/models.py), whose running statistics must resume bit-equal too, with its
+    BatchNorm also summed over the job (sync_batchnorm; 130 samples, so that the last batch
+    gives each worker one)."""
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     whole.mkdir(), cut.mkdir()
-    opts = {"every": 2, **({"net": net} if net else {})}  # SGD with momentum
+    opts = {"every": 2}  # SGD with momentum
+    if net:
+        opts.update(net="convbn")
+    if net == "convbn sync":
+        opts.update(sync_batchnorm=True, samples=130)
     job = launch("-n", 2, "-s", 1, SCRIPT, whole, 3, 8,
                  json.dumps({**opts, "ckpt": str(whole / "ckpt")}))
     assert job.wait(timeout=300) == 0, job.err

@@ -14,7 +14,8 @@ cpu(1), batches in M micro-batches), every (fit's checkpoint_every), kill_at ([e
 worker 1 kills itself with SIGKILL after that batch, on a job's first attempt only), net (a
 net of tests/models.py, e.g. convbn, trained on its images instead of the MLP), digits (an MLP
 of 4 Dense layers on 640 of scikit-learn's digits), ctx (devices per worker), compression
-(fit's). The tests import data(), net() and optimizer_params() to
+and sync_batchnorm (fit's), samples (the training samples of the net or the MLP instead of
+129). The tests import data(), net() and optimizer_params() to
 train the same model in one process.
 """
 import json
@@ -40,13 +41,14 @@ def data(opts=None):
         order = np.random.RandomState(0).permutation(len(X))[:840]
         X, y = (X[order] / 16.0).astype(np.float32), y[order].astype(np.float32)
         return (X[:640], y[:640]), (X[640:], y[640:])
+    n = (opts or {}).get("samples", 129)  # 129: the last global batch is tiny
     if (opts or {}).get("net"):
-        X, y = models.data(opts["net"], 179)
-        return (X[:129], y[:129]), (X[129:], y[129:])
+        X, y = models.data(opts["net"], n + 50)
+        return (X[:n], y[:n]), (X[n:], y[n:])
     rs = np.random.RandomState(0)
-    X = rs.rand(179, 8).astype(np.float32)
+    X = rs.rand(n + 50, 8).astype(np.float32)
     y = (X[:, 0] + X[:, 1] * 2 > 1.5).astype(np.float32) + (X[:, 2] > 0.7)
-    return (X[:129], y[:129]), (X[129:], y[129:])  # 129: the last global batch is tiny
+    return (X[:n], y[:n]), (X[n:], y[n:])
 
 
 def net(opts=None):
@@ -166,7 +168,7 @@ def main():
         callbacks.append(WaitForGrow(opts["grow_at"]))
     if "batch_sleep" in opts:
         callbacks.append(Sleep(opts["batch_sleep"]))
-    extra.update({k: opts[k] for k in ("ctx", "compression") if k in opts})
+    extra.update({k: opts[k] for k in ("ctx", "compression", "sync_batchnorm") if k in opts})
     if "pipeline" in opts:
         extra.update(ctx=[mx.cpu(0), mx.cpu(1)], parallel="pipeline",
                      micro_batches=opts["pipeline"])
