@@ -21,6 +21,7 @@ ZOO = {"resnet18_v1": 32, "resnet18_v2": 32, "mobilenet0.25": 32, "mobilenetv2_0
 BATCHNORM = {"resnet18_v1", "resnet18_v2", "mobilenet0.25", "mobilenetv2_0.25", "vgg11_bn",
              "densenet121", "inceptionv3", "convbn"}
 VOCAB, STEPS = 40, 6  # the language models': tokens, time steps
+USERS, ITEMS = 500, 300  # the recommender's
 CLASSES = 10
 OPTIMIZER = {"learning_rate": 0.05, "momentum": 0.9}
 
@@ -28,9 +29,9 @@ OPTIMIZER = {"learning_rate": 0.05, "momentum": 0.9}
 class LanguageModel(nn.HybridBlock):
     """The next token of each position: Embedding, an LSTM or a GRU, a Dense decoder."""
 
-    def __init__(self, cell, batchnorm=False):
+    def __init__(self, cell, batchnorm=False, sparse=False):
         super().__init__()
-        self.embed = nn.Embedding(VOCAB, 16)
+        self.embed = nn.Embedding(VOCAB, 16, sparse_grad=sparse)
         self.rnn = (rnn.LSTM if cell == "lstm" else rnn.GRU)(24, layout="NTC")
         self.norm = nn.BatchNorm(axis=2) if batchnorm else None  # over samples and steps
         self.out = nn.Dense(VOCAB, flatten=False)
@@ -38,6 +39,20 @@ class LanguageModel(nn.HybridBlock):
     def hybrid_forward(self, F, x):
         h = self.rnn(self.embed(x))
         return self.out(self.norm(h) if self.norm is not None else h)
+
+
+class Recommender(nn.HybridBlock):
+    """Matrix factorisation: a rating is the dot product of a user's and an item's rows of
+    two embeddings with row-sparse gradients (each batch touches few rows)."""
+
+    def __init__(self, users=USERS, items=ITEMS, dim=8):
+        super().__init__()
+        self.user = nn.Embedding(users, dim, sparse_grad=True)
+        self.item = nn.Embedding(items, dim, sparse_grad=True)
+
+    def hybrid_forward(self, F, x):
+        user, item = F.split(x, num_outputs=2, axis=1)
+        return F.sum(self.user(user.reshape((-1,))) * self.item(item.reshape((-1,))), axis=1)
 
 
 class Attention(nn.HybridBlock):
@@ -76,6 +91,10 @@ def build(name):
         net = LanguageModel(name)
     elif name == "lstmbn":
         net = LanguageModel("lstm", batchnorm=True)
+    elif name == "lstmsparse":
+        net = LanguageModel("lstm", sparse=True)
+    elif name == "recommender":
+        net = Recommender()
     elif name == "mlpbn":
         net = nn.HybridSequential()
         net.add(nn.Dense(32, use_bias=False), nn.BatchNorm(), nn.Activation("relu"),
@@ -100,7 +119,10 @@ def build(name):
 def data(name, samples):
     """``samples`` inputs and labels for ``name``, the same in every process."""
     rs = np.random.RandomState(sum(map(ord, name)))
-    if name in ("lstm", "gru", "lstmbn"):
+    if name == "recommender":  # (user, item) pairs and their ratings, 0 to 5
+        pairs = np.stack([rs.randint(0, USERS, samples), rs.randint(0, ITEMS, samples)], 1)
+        return pairs.astype(np.float32), (rs.rand(samples) * 5).astype(np.float32)
+    if name in ("lstm", "gru", "lstmbn", "lstmsparse"):
         tokens = rs.randint(0, VOCAB, (samples, STEPS + 1))
         return tokens[:, :-1].astype(np.float32), tokens[:, 1:].astype(np.float32)
     if name == "attention":

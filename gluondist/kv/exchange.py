@@ -15,7 +15,7 @@ from .._mx import mx
 from ..trees import Kept
 from . import compression as cmp
 from .fusion import Bucket, buckets
-from .node import KV_LOCK, quiet
+from .node import KV_LOCK, NODE, quiet
 from .staging import Staging
 from .updates import Updates
 
@@ -60,6 +60,9 @@ class Exchange:
         self.buckets: List[Bucket] = buckets(self.params, self.chunks, self.first, fuse_bytes,
                                              eligible, servers) if fuse else []
         self._bucket_of = {m: b for b in self.buckets for m in b.members}
+        # row-sparse gradients of dense weights: their touched rows (see _rows)
+        self._sparse = {i for i, p in enumerate(self.params)
+                        if _mx.storage(p) == ("default", "row_sparse")}
 
     @property
     def distributed(self) -> bool:
@@ -155,13 +158,33 @@ class Exchange:
         sent = set()
         for i, p in trained:
             bucket = self._bucket_of.get(i)
+            if i in self._sparse:
+                continue
             if bucket is None:
                 self._pushpull(i, p.list_grad(), landing)
             elif bucket.key not in sent:
                 sent.add(bucket.key)
                 self._fused(bucket)
+        for i, p in trained:
+            if i in self._sparse:
+                self._rows(p.list_grad())
         if check:
             self.wire.check()
+
+    def _rows(self, grads: list) -> None:
+        """A row-sparse gradient summed over the devices and workers, in place: the rows any
+        of them touched (their union), each the sum of its rows, through allreduce (float64)
+        as one array of those rows. MXNet's own route, row-sparse pushes to the servers,
+        aborts a server that does not run the optimizer (update_on_kvstore=False)."""
+        parts = [(g.indices.asnumpy(), g.data.asnumpy()) for g in grads]
+        rows = NODE.union(np.unique(np.concatenate([ids for ids, _ in parts])))
+        table = np.zeros((len(rows),) + tuple(grads[0].shape[1:]))
+        for ids, data in parts:  # a device's rows are distinct
+            table[np.searchsorted(rows, ids)] += data
+        table = NODE.allreduce(table.ravel()).reshape(table.shape)
+        for grad in grads:
+            mx.nd.sparse.row_sparse_array((table, rows), shape=grad.shape, ctx=grad.context,
+                                          dtype=grad.dtype).copyto(grad)
 
     def update(self, ignore_stale: bool = False) -> None:
         """After :meth:`reduce`: update what is not yet (dist_async: the servers did; the

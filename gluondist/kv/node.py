@@ -221,6 +221,20 @@ class Node:
         table[self.rank() if self.kv is not None else 0] = values
         return self.allreduce(table.ravel()).reshape(workers, len(values))
 
+    def union(self, values: np.ndarray) -> np.ndarray:
+        """The sorted union of every worker's non-negative integers ``values`` (row ids below
+        2**53), in two allgathers: the counts, then each worker's values padded to the next
+        power of two of the largest (few lengths, so few keys)."""
+        values = np.asarray(values, dtype=np.int64)
+        if self.kv is None or "dist" not in self.kv.type:
+            return np.unique(values)
+        most = int(self.allgather([len(values)]).max())
+        width = 1 << max(0, most - 1).bit_length()
+        padded = np.zeros(width)
+        padded[:len(values)] = values + 1  # 0: no value
+        table = self.allgather(padded)
+        return np.unique(table[table > 0].astype(np.int64) - 1)
+
     def reserve_keys(self, kv, count: int, agree: bool, compression: float = 0.0,
                      fuse_bytes: int = 0) -> int:
         """Keys ``offset .. offset+count-1`` for a new trainer on the distributed kvstore

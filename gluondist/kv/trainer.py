@@ -75,7 +75,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
             kv, params, updates, mode.updates_on_servers, chunk_bytes, in_flight, compression,
             None if batch_size is None else _mx.grad_scale(trainer) / batch_size)
     elif kv is not None:
-        _check_sendable(params, dense_only=True)
+        _check_sendable(params, dense_only=True, sparse="")
         trainer.exchange = Exchange(params, updates, kv)
         # device 0's values on every device now, not in the first step: MXNet would copy
         # device 0's BatchNorm statistics over the others after that batch's forward, so a run
@@ -205,17 +205,21 @@ def _parameters(params, num_contexts: int) -> Tuple[list, bool, int]:
 SUMMABLE = ("float16", "float32", "float64")
 
 
-def _check_sendable(params, dense_only: bool = False) -> None:
+def _check_sendable(params, dense_only: bool = False, sparse: str = "") -> None:
     """Refuse, in one line, a parameter that a job's kvstore would fail on (``dense_only``:
-    only a sparse one, for a kvstore of this process's devices)."""
+    only a sparse one, for a kvstore of this process's devices). Row-sparse gradients of a
+    dense weight travel as rows in a dist_sync job (``sparse``: why not here, else "")."""
     for p in params:
         stype, grad_stype = _mx.storage(p)
+        if stype == "default" and grad_stype == "row_sparse" and not sparse:
+            continue
         if stype != "default" or grad_stype != "default":
             kind = grad_stype if grad_stype != "default" else stype
+            where = sparse or "as row_sparse weights"
             raise ValueError(
                 f"parameter {p.name} is {kind} (Embedding(..., sparse_grad=True) gives row_sparse "
-                "gradients), which gluondist's trainers cannot exchange across devices or "
-                "workers yet: make it dense (sparse_grad=False)")
+                f"gradients), which gluondist's trainers cannot exchange {where}: make it dense "
+                "(sparse_grad=False)")
         dtype = np.dtype(p.dtype).name
         if not dense_only and dtype not in SUMMABLE:
             raise ValueError(
@@ -242,7 +246,8 @@ def _distributed(kv, params, updates: Updates, servers_update: bool, chunk_bytes
     """The exchange of a job's trainer, joined: keys of its own, in chunks; worker 0's
     parameters everywhere, (dist_async) the optimizer on the servers, every worker past a
     barrier."""
-    _check_sendable(params)
+    _check_sendable(params, sparse="under dist_async" if servers_update else
+                    "with compression" if compression is not None else "")
     # dist_async's servers run the optimizer, which needs each parameter whole (its state,
     # lr_mult by name, LARS' and LAMB's norms): only updates on the workers are chunked
     chunks = [parameter_chunks(p, 0 if servers_update else chunk_bytes) for p in params]
@@ -324,6 +329,12 @@ class TrainStep:
         self.chunk_updates = self.exchange.early and clip is None
         # With accumulation backward adds to the gradients until an update clears them; set
         # either way, so that a net trained before with accumulation writes again.
+        rows = [p.name for p in self.exchange.params if p.grad_req != "null" and
+                _mx.storage(p)[1] == "row_sparse"]
+        if accumulate > 1 and rows:
+            raise ValueError(f"accumulate={accumulate} adds gradients over batches, and "
+                             f"{rows[0]}'s are row-sparse, which MXNet's Embedding only writes: "
+                             "use accumulate=1, or sparse_grad=False")
         for p in self.exchange.params:
             if p.grad_req != "null":
                 p.grad_req = "add" if accumulate > 1 else "write"

@@ -120,7 +120,8 @@ REFUSED = {"sparse": "parameter embedding0_weight is row_sparse",
 @pytest.mark.parametrize("kind,how", [("sparse", "fit"), ("sparse", "loop"), ("int32", "loop")])
 def test_a_net_the_servers_cannot_hold_is_refused_in_one_line(launch, kind, how):
     """Refused on every worker before any step, with fit's ValueError (exit code 1), where
-    the servers used to abort (sparse: a traceback from inside MXNet)."""
+    the servers used to abort (sparse, which now trains without compression: a traceback
+    from inside MXNet)."""
     job = launch("-n", 2, "-s", 1, SCRIPTS / "refused_net_job.py", kind, how)
     assert job.wait(timeout=120) == 1, job.err
     assert f"ValueError: {REFUSED[kind]}" in job.err

@@ -1,7 +1,7 @@
 """A net a job cannot train, as a user's script: `refused_net_job.py KIND HOW`.
 
-KIND ``sparse``: an ``Embedding(sparse_grad=True)``; ``int32``: a net with an int32
-parameter that no gradient trains. HOW ``fit`` or ``loop`` (make_trainer). Either must end
+KIND ``sparse``: an ``Embedding(sparse_grad=True)`` with compression='fp16' (its rows travel
+uncompressed only); ``int32``: a net with an int32 parameter that no gradient trains. HOW ``fit`` or ``loop`` (make_trainer). Either must end
 with fit's one-line ValueError before any step, not an abort inside a server.
 """
 import sys
@@ -35,12 +35,13 @@ def main():
         net = Counted()
     X = np.random.RandomState(0).randint(0, 20, (16, 5)).astype(np.float32)
     y = np.zeros(16, dtype=np.float32)
+    compression = "fp16" if kind == "sparse" else None
     if how == "fit":
-        gluondist.fit(net, (X, y), batch_size=4)
+        gluondist.fit(net, (X, y), batch_size=4, compression=compression)
     else:
         net.initialize()
         net(mx.nd.array(X[:1]))
-        kvstore.make_trainer(net.collect_params(), "sgd")
+        kvstore.make_trainer(net.collect_params(), "sgd", compression=compression)
     print("trained", flush=True)
 
 

@@ -7,6 +7,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
+from conftest import assert_same_params
 from gluondist import envvars, kvstore, recipes
 
 
@@ -240,3 +241,41 @@ def test_make_trainer_refuses_no_parameters_and_an_unwritable_file_in_one_line(t
         trainer.load_states(str(tmp_path / "pickle"))
     with pytest.raises(ValueError, match=r"from .*nothing here \(no such file or directory\)"):
         trainer.load_states(str(tmp_path / "nothing here"))
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_row_sparse_gradients_on_two_devices_compute_one_devices(optimizer):
+    """An Embedding(sparse_grad=True) on cpu(0) and cpu(1), each half of every batch: the
+    union of the rows the halves touched, each summed (a job sums the workers' the same way:
+    e2e/test_sparse_jobs.py), then MXNet's lazy update, as one device with the whole batch."""
+    X = np.random.RandomState(0).randint(0, 50, (24, 3)).astype(np.float32)
+    found = []
+    for ctxs in ([mx.cpu(0)], [mx.cpu(0), mx.cpu(1)]):
+        net = mx.gluon.nn.HybridSequential()
+        net.add(mx.gluon.nn.Embedding(50, 4, sparse_grad=True), mx.gluon.nn.Dense(2))
+        mx.random.seed(1)
+        net.initialize(mx.init.Normal(0.1), ctx=ctxs)
+        net(mx.nd.array(X[:1], ctx=ctxs[0]))
+        trainer = kvstore.make_trainer(net.collect_params(), optimizer,
+                                       {"learning_rate": 0.1}, num_contexts=len(ctxs))
+        for batch in (X[:12], X[12:]):
+            parts = mx.gluon.utils.split_and_load(batch, ctxs)
+            with mx.autograd.record():
+                losses = [(net(x) ** 2).sum() for x in parts]
+            mx.autograd.backward(losses)
+            trainer.step(len(batch))
+        found.append({k: p.data(ctxs[0]).asnumpy()
+                      for k, p in net._collect_params_with_prefix().items()})
+    assert_same_params(found[1], found[0], rtol=1e-6)  # float32: the halves' sums rounded
+    assert kvstore.NODE.union(np.array([5, 2, 5])).tolist() == [2, 5]  # outside a job
+
+
+def test_accumulating_row_sparse_gradients_is_refused_in_one_line():
+    """MXNet's sparse Embedding writes its gradient only: accumulate=k would fail inside it."""
+    import gluondist
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Embedding(50, 4, sparse_grad=True), mx.gluon.nn.Dense(2))
+    X, y = np.zeros((16, 3), np.float32), np.zeros(16, np.float32)
+    with pytest.raises(ValueError, match=r"^accumulate=2 adds gradients over batches, and "
+                                         r"\w+_weight's are row-sparse"):
+        gluondist.fit(net, (X, y), batch_size=4, accumulate=2, progress=False)
