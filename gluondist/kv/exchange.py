@@ -63,6 +63,7 @@ class Exchange:
         # row-sparse gradients of dense weights: their touched rows (see _rows)
         self._sparse = {i for i, p in enumerate(self.params)
                         if _mx.storage(p) == ("default", "row_sparse")}
+        self.stand_in = False  # this step's batch is a stand-in (TrainStep.loss_scale)
 
     @property
     def distributed(self) -> bool:
@@ -175,9 +176,13 @@ class Exchange:
         """A row-sparse gradient summed over the devices and workers, in place: the rows any
         of them touched (their union), each the sum of its rows, through allreduce (float64)
         as one array of those rows. MXNet's own route, row-sparse pushes to the servers,
-        aborts a server that does not run the optimizer (update_on_kvstore=False)."""
-        parts = [(g.indices.asnumpy(), g.data.asnumpy()) for g in grads]
-        rows = NODE.union(np.unique(np.concatenate([ids for ids, _ in parts])))
+        aborts a server that does not run the optimizer (update_on_kvstore=False). A
+        stand-in batch (a worker's empty share) adds no rows, as one process has none."""
+        parts = [] if self.stand_in else [(g.indices.asnumpy(), g.data.asnumpy())
+                                          for g in grads]
+        rows = NODE.union(np.unique(np.concatenate([ids for ids, _ in parts] + [[]])))
+        if not len(rows):  # no worker's batch touched it: nothing to sum or update
+            return
         table = np.zeros((len(rows),) + tuple(grads[0].shape[1:]))
         for ids, data in parts:  # a device's rows are distinct
             table[np.searchsorted(rows, ids)] += data

@@ -194,6 +194,11 @@ def _parameters(params, num_contexts: int) -> Tuple[list, bool, int]:
     if not params:
         raise ValueError("make_trainer got no parameters: give a net's collect_params() (or a "
                          "list of its Parameters)")
+    sparse = [p.name for p in params if _mx.storage(p)[0] != "default"]
+    if sparse:  # settle (list_data) would fail inside MXNet
+        raise ValueError(f"parameter {sparse[0]} has row_sparse weights, which gluondist's "
+                         "trainers cannot hold: make it dense (sparse_grad=True keeps the "
+                         "gradients sparse)")
     if not stages:
         num_contexts = max(num_contexts, len(params[0].list_ctx()))
     return params, stages, num_contexts
@@ -341,6 +346,8 @@ class TrainStep:
                 p.zero_grad()
 
     def loss_scale(self, local_count: int) -> float:
+        # an empty share runs a stand-in sample: its rows are none of the batch's (sparse)
+        self.exchange.stand_in = local_count == 0
         if local_count == 0:
             return 0.0
         return self.batch_size / local_count if self.async_mode else 1.0

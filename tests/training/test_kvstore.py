@@ -279,3 +279,11 @@ def test_accumulating_row_sparse_gradients_is_refused_in_one_line():
     with pytest.raises(ValueError, match=r"^accumulate=2 adds gradients over batches, and "
                                          r"\w+_weight's are row-sparse"):
         gluondist.fit(net, (X, y), batch_size=4, accumulate=2, progress=False)
+
+
+def test_row_sparse_weights_are_refused_in_one_line():
+    param = mx.gluon.Parameter("w", shape=(10, 4), stype="row_sparse", grad_stype="row_sparse")
+    param.initialize(ctx=mx.cpu())
+    with pytest.raises(ValueError, match=r"^parameter w has row_sparse weights, which "
+                                         r"gluondist's trainers cannot hold"):
+        kvstore.make_trainer([param], "sgd")
