@@ -70,12 +70,13 @@ def job(model: str, fused: bool, scratch: str) -> float:
     return job_epoch(os.path.abspath(__file__), [model], scratch, env)
 
 
-def job_epoch(script: str, args: list, scratch: str, env=None) -> float:
+def job_epoch(script: str, args: list, scratch: str, env=None, launch=()) -> float:
     """The median epoch after the first of a 2-worker, 1-server job of ``script --worker
-    ARGS OUT`` (whose worker 0 writes its epoch times to OUT), in seconds."""
+    ARGS OUT`` (whose worker 0 writes its epoch times to OUT), in seconds; ``launch``: more
+    of gluondist launch's options (the hosts)."""
     out = os.path.join(scratch, "times.json")
-    subprocess.run([sys.executable, "-m", "gluondist.cli", "launch", "-n", "2", "-s", "1",
-                    script, "--worker", *args, out], check=True, env=env, cwd=ROOT,
+    subprocess.run([sys.executable, "-m", "gluondist.cli", "launch", *launch, "-n", "2", "-s",
+                    "1", script, "--worker", *args, out], check=True, env=env, cwd=ROOT,
                    stdout=subprocess.DEVNULL)
     with open(out) as f:
         return statistics.median(json.load(f)[1:])
@@ -90,13 +91,18 @@ def alternate(arms, repeats: int, run) -> dict:
     return runs
 
 
-def arguments(doc: str, models: list, worker_args: int, argv):
+def arguments(doc: str, models: list, worker_args: int, argv, link: bool = False):
     """The command line of a benchmark of ``models`` (``--models``, ``--repeats``, ``--json``,
-    and its workers' hidden ``--worker`` of ``worker_args`` values)."""
+    with ``link`` ``--link``, and its workers' hidden ``--worker`` of ``worker_args``
+    values)."""
     parser = argparse.ArgumentParser(description=" ".join(doc.split("\n\n")[0].split()))
     parser.add_argument("--models", nargs="+", default=models)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", help="write the results there")
+    if link:
+        parser.add_argument("--link", help="run each worker on a namespace host of its own "
+                                           "(as root; tests/netns.py), links at this rate "
+                                           "(tc's form: 1gbit, 200mbit)")
     parser.add_argument("--worker", nargs=worker_args, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     sys.path.insert(0, HERE)
@@ -122,7 +128,8 @@ def compare(args, argv, script: str, sizes, arms, run, say) -> None:
     their medians and the second's over the first's, printed (``say(first, second)``) and
     written to ``--json`` with the ``sizes`` (batch a worker, steps, epochs)."""
     results = {"command": " ".join(["python", f"benchmarks/{script}", *(argv or sys.argv[1:])]),
-               "batch": sizes[0], "steps": sizes[1], "epochs": sizes[2], "models": {}}
+               "batch": sizes[0], "steps": sizes[1], "epochs": sizes[2],
+               "link": getattr(args, "link", None), "models": {}}
     with tempfile.TemporaryDirectory() as scratch:
         for model in args.models:
             runs = alternate(arms, args.repeats, lambda arm: run(model, arm, scratch))

@@ -3,13 +3,16 @@ costs on real nets: a 2-worker, 1-server dist_sync job on this machine trains ea
 through ``fit`` with and without it, the two alternating, and the median epoch of each is
 compared. The nets are the model zoo's (tests/models.py), 3x32x32 inputs, 16 samples a worker
 a step, 8 steps an epoch, 3 epochs, the first left out; one OpenMP thread a worker (the
-launcher's default on 2 cores).
+launcher's default on 2 cores). With ``--link RATE`` (as root) each worker runs on a namespace
+host of its own (tests/netns.py; the server beside worker 0), over ssh, links at RATE.
 
     python benchmarks/syncbn.py [--models resnet18_v1 mobilenetv2_0.25] [--repeats 5]
-                                [--json FILE]
+                                [--link 1gbit] [--json FILE]
 """
+import contextlib
 import os
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -26,14 +29,30 @@ def worker(model: str, arm: str, out: str) -> None:
 
 
 def main(argv=None):
-    args = arguments(__doc__, ["resnet18_v1", "mobilenetv2_0.25"], 3, argv)
+    args = arguments(__doc__, ["resnet18_v1", "mobilenetv2_0.25"], 3, argv, link=True)
     if args.worker:
         return worker(*args.worker)
-    compare(args, argv, "syncbn.py", SIZES, ("local", "sync"),
-            lambda model, arm, scratch: job_epoch(os.path.abspath(__file__), [model, arm],
-                                                  scratch),
-            lambda local, sync: f"{sync:.3f} s synchronised, {local:.3f} s each worker's own: "
-                                f"{sync / local:.2f}x")
+    with contextlib.ExitStack() as stack:
+        launch = hosts(stack, args.link) if args.link else ()
+        compare(args, argv, "syncbn.py", SIZES, ("local", "sync"),
+                lambda model, arm, scratch: job_epoch(os.path.abspath(__file__), [model, arm],
+                                                      scratch, launch=launch),
+                lambda local, sync: f"{sync:.3f} s synchronised, {local:.3f} s each worker's "
+                                    f"own: {sync / local:.2f}x")
+
+
+def hosts(stack, rate: str) -> tuple:
+    """gluondist launch's options for two namespace hosts linked at ``rate`` (removed when
+    ``stack`` closes)."""
+    sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+    import netns
+    netns.require()
+    work = stack.enter_context(tempfile.TemporaryDirectory())
+    cluster = stack.enter_context(netns.Cluster(2, os.path.join(work, "net"), rate=rate))
+    hostfile = os.path.join(work, "hosts")
+    with open(hostfile, "w") as f:
+        f.writelines(f"{h} slots=1\n" for h in cluster.hosts)
+    return ("--launcher", "ssh", "--ssh-config", cluster.ssh_config, "-H", hostfile)
 
 
 if __name__ == "__main__":
