@@ -1,6 +1,7 @@
 """BatchNorm synchronised over real dist_sync jobs (gluondist.sync_batchnorm and fit's
 sync_batchnorm=True): 2 and 3 workers compute what one process computes with the global batch
-and MXNet's own BatchNorm, every named array, running statistics included."""
+and MXNet's own BatchNorm, every named array, running statistics included; with fp16
+compression, what its arithmetic gives."""
 import os
 import subprocess
 import sys
@@ -40,3 +41,18 @@ def test_workers_compute_one_process_with_the_global_batch(launch, tmp_path, one
                            rtol=1e-8, what=name)
     assert_same_params(dict(np.load(tmp_path / "fit.npz")), one_process["fit"], rtol=1e-4,
                        what="fit")
+    if workers == 2:
+        with_fp16(dict(np.load(tmp_path / "fp16.npz")))
+
+
+def with_fp16(found):
+    """compression='fp16' under sync_batchnorm: each net trained by the job is, bit for bit,
+    the one its reference trained on what the wire gives back (each worker's gradient rounded
+    to float16, the halves summed in float16), so the BatchNorm sums cross uncompressed; and
+    the wire did round (measured: most elements at the first step)."""
+    for name in ("resnet18_v1", "mobilenet0.25"):
+        arm = {side: {k[len(f"{name}.{side}."):]: v for k, v in found.items()
+                      if k.startswith(f"{name}.{side}.")} for side in ("job", "ref")}
+        assert len(arm["job"]) >= 60, sorted(arm["job"])
+        assert_same_params(arm["job"], arm["ref"], rtol=0, what=f"{name} fp16")
+        assert found[f"{name}.rounded"] > 0.1, (name, found[f"{name}.rounded"])
