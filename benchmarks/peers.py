@@ -110,25 +110,29 @@ def gluondist_job(cluster, work, arm, workers, epochs, stamps, env, mode):
 
 
 def horovod_job(cluster, work, python, workers, epochs, stamps, mode):
-    """horovodrun from inside the first host (Gloo binds what the machine's name resolves to:
-    the cluster maps it to each host's own address); its ssh reads the cluster's config
-    through a wrapper first on PATH, since horovodrun passes no ssh options but a key."""
+    out = os.path.join(work, "epochs.json")
+    horovod_run(cluster, work, python, workers,
+                [TRAIN, mode, out, str(epochs), *([stamps] if stamps else [])])
+    return out
+
+
+def horovod_run(cluster, work, python, workers, argv):
+    """``python ARGV`` on the first ``workers`` hosts under horovodrun, from inside the first
+    host (Gloo binds what the machine's name resolves to: the cluster maps it to each host's
+    own address); its ssh reads the cluster's config through a wrapper first on PATH, since
+    horovodrun passes no ssh options but a key."""
     hosts = cluster.hosts[:workers]
     wrapper = os.path.join(work, "bin")
     os.makedirs(wrapper, exist_ok=True)
     with open(os.path.join(wrapper, "ssh"), "w") as f:
         f.write(f"#!/bin/sh\nexec {shutil.which('ssh')} -F {cluster.ssh_config} \"$@\"\n")
     os.chmod(os.path.join(wrapper, "ssh"), 0o755)
-    out = os.path.join(work, "epochs.json")
     bindir = os.path.dirname(python)
-    argv = ["ip", "netns", "exec", cluster.ns[hosts[0]], "env",
-            f"PATH={wrapper}:{bindir}:{os.environ['PATH']}", os.path.join(bindir, "horovodrun"),
-            "--gloo", "--network-interface", "eth0", "--ssh-identity-file",
-            os.path.join(cluster.dir, "id"), "-np", str(workers), "-H",
-            ",".join(f"{h}:1" for h in hosts), python, TRAIN, mode, out, str(epochs),
-            *([stamps] if stamps else [])]
-    run(argv, work)
-    return out
+    run(["ip", "netns", "exec", cluster.ns[hosts[0]], "env",
+         f"PATH={wrapper}:{bindir}:{os.environ['PATH']}", os.path.join(bindir, "horovodrun"),
+         "--gloo", "--network-interface", "eth0", "--ssh-identity-file",
+         os.path.join(cluster.dir, "id"), "-np", str(workers), "-H",
+         ",".join(f"{h}:1" for h in hosts), python, *argv], work)
 
 
 def run(argv, work, timeout=600):
