@@ -2,6 +2,7 @@
 compute what one process computes with the global batch, every named array, through a loop of
 one's own and through fit, and a checkpoint holds the whole table and resumes exactly."""
 import os
+import re
 import subprocess
 import sys
 
@@ -39,3 +40,18 @@ def test_workers_compute_one_process_with_the_global_batch(launch, tmp_path, one
     table = found["checkpoint"]  # after epoch 2 of 3: the whole table
     assert int(table["epochs"]) == 2 and table["user.weight"].shape == (500, 8)
     assert "fit: resuming from" in job.out and "after epoch 2 of 3" in job.out
+
+
+def test_the_docs_recommender_trains_as_a_job_as_printed(launch, tmp_path):
+    """models.md's worked example, as it stands, the worker of a 2-worker job: its mean
+    absolute error falls epoch by epoch, as the page's comment says."""
+    import docpages
+    script = tmp_path / "recommender.py"
+    script.write_text(docpages.block("docs/models.md", "import mxnet as mx\nimport numpy as np\n"
+                                     "import gluondist\n\nclass Recommender"))
+    job = launch("-n", 2, "-s", 1, script)
+    assert job.wait(timeout=600) == 0, job.err
+    printed = re.findall(r"^\[worker 0\] \[([\d., e-]+)\]$", job.out, re.M)
+    assert len(printed) == 1, job.out
+    mae = [float(v) for v in printed[0].split(",")]
+    assert len(mae) == 5 and all(b < a for a, b in zip(mae, mae[1:])), mae
