@@ -57,7 +57,7 @@ def mxnet_untested(version: str):
 __all__ = ["fit", "launch", "LaunchOptions", "LaunchResult", "History", "Callback",
            "EarlyStopping", "ProgressBar", "EpochLogger", "Checkpointer", "SaveBest", "CSVLogger",
            "TensorBoard", "evaluate", "predict", "kvstore", "parallel", "recipes", "checkpoint",
-           "elastic", "sync_batchnorm"]
+           "elastic", "sync_batchnorm", "plain_batchnorm"]
 
 _LAZY = {
     "fit": ("gluondist.training.loop", "fit"),
@@ -81,6 +81,7 @@ _LAZY = {
     "checkpoint": ("gluondist.checkpoint", None),
     "elastic": ("gluondist.elastic", None),
     "sync_batchnorm": ("gluondist.syncbn", "sync_batchnorm"),
+    "plain_batchnorm": ("gluondist.syncbn", "plain_batchnorm"),
     "callbacks": ("gluondist.callbacks", None),  # a door to names already in __all__
 }
 

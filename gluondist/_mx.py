@@ -131,6 +131,11 @@ def forget_graphs(block) -> None:
         forget_graphs(child)
 
 
+def is_batchnorm(block) -> bool:
+    """Whether ``block`` is one of MXNet's BatchNorm layers or derives from their base."""
+    return isinstance(block, mx.gluon.nn.basic_layers._BatchNorm)
+
+
 def batchnorm_settings(block) -> dict:
     """A BatchNorm's operator settings (axis, eps, momentum, fix_gamma, use_global_stats)."""
     return dict(block._kwargs)

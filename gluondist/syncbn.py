@@ -48,8 +48,10 @@ class _Layer:
     this round's (its forward waits for the backward, which waits for the sum), and the
     float64 sum of a few float32 figures does not depend on their order."""
 
-    def __init__(self, name: str, devices: int, kv=None, keys: Optional[Dict] = None):
+    def __init__(self, name: str, devices: int, kv=None, keys: Optional[Dict] = None,
+                 original=None):
         self.name, self.devices, self.kv, self.keys = name, devices, kv, keys
+        self.original = original  # the BatchNorm it was (plain_batchnorm puts it back)
         self._cond = threading.Condition()
         self._open: Dict[str, list] = {}  # the round each sum is gathering: [values, number]
         self._done: Dict[tuple, list] = {}  # (sum, number): [total, devices yet to take it]
@@ -232,9 +234,24 @@ def sync_batchnorm(net, kvstore="auto") -> int:
                          "(gluondist launch -n DEVICES), each with ctx=one device")
     kv, keys = _job_keys(kvstore, [bn.gamma.shape[0] for _, bn in found], len(contexts))
     for i, (parent, bn) in enumerate(found):
-        _LAYERS.append(_Layer(bn.name, len(bn.gamma.list_ctx()), kv, keys[i] if keys else None))
+        _LAYERS.append(_Layer(bn.name, len(bn.gamma.list_ctx()), kv, keys[i] if keys else None,
+                              bn))
         _mx.replace_child(parent, bn, SyncBatchNorm(bn, len(_LAYERS) - 1))
     _mx.forget_graphs(net)
+    return len(found)
+
+
+def plain_batchnorm(net) -> int:
+    """Undo :func:`sync_batchnorm`: put each converted layer of ``net`` back as the BatchNorm
+    it was, with the same parameters (trained values and running statistics included), so
+    that ``net.export`` writes a graph any MXNet loads (a converted layer's custom operator
+    exists only in the process that made it). ``fit(sync_batchnorm=True)`` does this when it
+    returns. Returns how many layers it put back."""
+    found = list(_converted(net))
+    for parent, layer in found:
+        _mx.replace_child(parent, layer, _LAYERS[layer.layer].original)
+    if found:
+        _mx.forget_graphs(net)
     return len(found)
 
 
@@ -250,14 +267,32 @@ def check_shares(samples: int, global_batch: int, workers: int, last_batch: str)
 
 
 def _batchnorms(block):
-    """``(parent, layer)`` for each BatchNorm below ``block`` that uses batch statistics."""
-    kinds = (mx.gluon.nn.BatchNorm, mx.gluon.contrib.nn.SyncBatchNorm)
+    """``(parent, layer)`` for each BatchNorm below ``block`` that uses batch statistics: MXNet's
+    BatchNorm and SyncBatchNorm, and their subclasses that keep their forward; a BatchNorm
+    with a forward of its own (MXNet's BatchNormReLU) is refused."""
+    kinds = (mx.gluon.contrib.nn.SyncBatchNorm, mx.gluon.nn.BatchNorm)
     for child in _mx.children(block):
-        if type(child) in kinds:
-            if not _mx.batchnorm_settings(child).get("use_global_stats"):
-                yield block, child
-        else:
+        kind = next((k for k in kinds if isinstance(child, k)), None)
+        if kind is None and not _mx.is_batchnorm(child):
             yield from _batchnorms(child)
+        elif kind is None or any(getattr(type(child), m) is not getattr(kind, m)
+                                 for m in ("forward", "hybrid_forward")):
+            raise ValueError(
+                f"sync_batchnorm: {child.name} is a {type(child).__name__}, a BatchNorm with a "
+                "forward of its own, which sync_batchnorm cannot keep: build it from "
+                "nn.BatchNorm and a layer for the rest (for BatchNormReLU: nn.BatchNorm, then "
+                "nn.Activation('relu'))")
+        elif not _mx.batchnorm_settings(child).get("use_global_stats"):
+            yield block, child
+
+
+def _converted(block):
+    """``(parent, layer)`` for each layer below ``block`` that sync_batchnorm converted."""
+    for child in _mx.children(block):
+        if isinstance(child, SyncBatchNorm):
+            yield block, child
+        else:
+            yield from _converted(child)
 
 
 def _job_keys(kvstore, channels: List[int], devices: int):
@@ -277,7 +312,7 @@ def _job_keys(kvstore, channels: List[int], devices: int):
     if NODE.compression is not None:
         raise ValueError("sync_batchnorm cannot travel with MXNet's 2-bit compression, which "
                          "compresses every push of the job: use compression='fp16' or none")
-    offset = NODE.reserve_keys(kv, 4 * len(channels), agree=True)
+    offset = NODE.reserve_keys(kv, 4 * len(channels), agree=True, batchnorm=True)
     keys, sizes = [], []
     for i, c in enumerate(channels):
         names = ("mean", "var", "dmean", "dvar")

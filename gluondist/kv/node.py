@@ -236,11 +236,12 @@ class Node:
         return np.unique(table[table > 0].astype(np.int64) - 1)
 
     def reserve_keys(self, kv, count: int, agree: bool, compression: float = 0.0,
-                     fuse_bytes: int = 0) -> int:
-        """Keys ``offset .. offset+count-1`` for a new trainer on the distributed kvstore
-        ``kv``; with ``agree``, every worker must reserve the same keys for the same
-        ``compression`` (a number per setting, see Compression.code) and fuse small gradients
-        up to the same ``fuse_bytes`` (the same keys, else pushes of other sizes): checked."""
+                     fuse_bytes: int = 0, batchnorm: bool = False) -> int:
+        """Keys ``offset .. offset+count-1`` for a new trainer (or, ``batchnorm``, for
+        sync_batchnorm's layers) on the distributed kvstore ``kv``; with ``agree``, every
+        worker must reserve the same keys for the same ``compression`` (a number per setting,
+        see Compression.code) and fuse small gradients up to the same ``fuse_bytes`` (the same
+        keys, else pushes of other sizes): checked."""
         offset = self.next_key
         self.next_key += count
         if self.next_key > MAX_KEY:
@@ -250,10 +251,12 @@ class Node:
                                "(GLUONDIST_CHUNK_BYTES), or train in a new process when earlier "
                                "trainers hold the keys")
         if agree:  # a worker whose trainers differ would push to keys nobody else pulls: hang
-            rows = self.allgather([offset, count, compression, fuse_bytes])
+            rows = self.allgather([offset, count, compression, fuse_bytes, batchnorm])
             if (rows != rows[0]).any():
                 self.next_key = int((rows[:, 0] + rows[:, 1]).max())  # the same everywhere
-                what = "gave different compression=" if (rows[:, 2] != rows[0, 2]).any() \
+                what = "made different calls (some sync_batchnorm, others a trainer: " \
+                    "make_trainer or fit)" if (rows[:, 4] != rows[0, 4]).any() \
+                    else "gave different compression=" if (rows[:, 2] != rows[0, 2]).any() \
                     else "fuse small gradients up to different sizes (GLUONDIST_FUSE_BYTES, " \
                     "chunk_bytes)" if (rows[:, 3] != rows[0, 3]).any() \
                     else "made different sequences of trainers (fit calls)"

@@ -11,7 +11,7 @@ from typing import Dict, Optional, Sequence, Union
 
 import numpy as np
 
-from .. import elastic, kvstore as kvs, parallel, snapshot
+from .. import elastic, kvstore as kvs, parallel, snapshot, syncbn
 from .. import _mx
 from .._mx import mx
 from ..kv.sampling import MXNET, derive_seed
@@ -75,7 +75,7 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
     ``metrics={output: names}``. ``parallel='pipeline'``: docs/pipeline.md. ``compression``:
     gradients sent as float16 (``'fp16'``) or MXNet's 2-bit in a ``dist_sync`` job.
     ``sync_batchnorm``: BatchNorm statistics of the global batch (see
-    :func:`gluondist.syncbn.sync_batchnorm`). Inputs,
+    :func:`gluondist.syncbn.sync_batchnorm`), the net's own layers back when fit ends. Inputs,
     labels and weights are cast to float32 (the net must be float32); ``optimizer_params`` and
     an optimizer instance are copied, never changed. Every argument, its default and meaning:
     the table in docs/fit.md, from :class:`~gluondist.training.arguments.FitArgs`.
@@ -84,7 +84,7 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
     job also when the workers' sample counts or settings differ). When training raises
     (Ctrl-C included), each callback's ``on_exception`` runs instead of ``on_train_end``, fit's
     data thread is stopped and the error re-raised; checkpoints written stay as they are."""
-    return _train(start(prepare(FitArgs(
+    return _fit(FitArgs(
         net=net, train_data=train_data, loss=loss, optimizer=optimizer,
         optimizer_params=optimizer_params, epochs=epochs, batch_size=batch_size, ctx=ctx,
         kvstore=kvstore, val_data=val_data, metrics=metrics, callbacks=callbacks,
@@ -92,7 +92,17 @@ def fit(net: mx.gluon.Block, train_data: Data, loss: Optional[Losses] = None,
         terminate_on_nan=terminate_on_nan, accumulate=accumulate, loss_weights=loss_weights,
         class_weight=class_weight, parallel=parallel, micro_batches=micro_batches,
         stages=stages, compression=compression, checkpoint_every=checkpoint_every,
-        sync_batchnorm=sync_batchnorm))))
+        sync_batchnorm=sync_batchnorm))
+
+
+def _fit(args: FitArgs) -> History:
+    """fit of ``args``; with ``sync_batchnorm``, the net's BatchNorm layers, converted for the
+    run, back in place however it ends (so the net exports: see plain_batchnorm)."""
+    try:
+        return _train(start(prepare(args)))
+    finally:
+        if args.sync_batchnorm:
+            syncbn.plain_batchnorm(args.net)
 
 
 def _train(loop: LoopState) -> History:

@@ -43,15 +43,19 @@ def test_workers_compute_one_process_with_the_global_batch(launch, tmp_path, one
 
 
 def test_the_docs_recommender_trains_as_a_job_as_printed(launch, tmp_path):
-    """models.md's worked example, as it stands, the worker of a 2-worker job: its mean
-    absolute error falls epoch by epoch, as the page's comment says."""
+    """models.md's worked example, as it stands, in one process and as the worker of a
+    2-worker job: its mean absolute error falls epoch by epoch, as the page's comment says
+    (measured in one process: 1.47 to 0.37, by 23% an epoch at least)."""
     import docpages
     script = tmp_path / "recommender.py"
     script.write_text(docpages.block("docs/models.md", "import mxnet as mx\nimport numpy as np\n"
                                      "import gluondist\n\nclass Recommender"))
+    alone = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                           timeout=300, check=True)
     job = launch("-n", 2, "-s", 1, script)
     assert job.wait(timeout=600) == 0, job.err
-    printed = re.findall(r"^\[worker 0\] \[([\d., e-]+)\]$", job.out, re.M)
+    printed = re.findall(r"^\[worker 0\] (\[[\d., e-]+\])$", job.out, re.M)
     assert len(printed) == 1, job.out
-    mae = [float(v) for v in printed[0].split(",")]
-    assert len(mae) == 5 and all(b < a for a, b in zip(mae, mae[1:])), mae
+    for text in (printed[0], alone.stdout.strip().splitlines()[-1]):  # the job's, one process's
+        mae = [float(v) for v in text.strip("[]").split(",")]
+        assert len(mae) == 5 and all(b < 0.9 * a for a, b in zip(mae, mae[1:])), mae

@@ -43,6 +43,10 @@ def test_workers_compute_one_process_with_the_global_batch(launch, tmp_path, one
                        what="fit")
     if workers == 2:
         with_fp16(dict(np.load(tmp_path / "fp16.npz")))
+        for rank in (0, 1):  # calls that differ are named as such, on each worker
+            said = (tmp_path / f"differ.{rank}").read_text()
+            assert said.startswith("workers made different calls (some sync_batchnorm, others "
+                                   "a trainer: make_trainer or fit); every worker"), said
 
 
 def with_fp16(found):

@@ -7,7 +7,9 @@ OUT_DIR/<name>.npz (fit's to OUT_DIR/fit.npz). `syncbn_job.py OUT_DIR plain`, in
 the same with MXNet's own BatchNorm, the reference.
 
 With 2 workers, then, ResNet-18 v1 and MobileNet 0.25 in float32 with compression='fp16'
-beside a reference of the same arithmetic in the same job (see fp16_pair): OUT_DIR/fp16.npz.
+beside a reference of the same arithmetic in the same job (see fp16_pair): OUT_DIR/fp16.npz;
+and worker 0 calls sync_batchnorm while worker 1 makes a trainer: what each was told,
+OUT_DIR/differ.<rank>.
 """
 import os
 import sys
@@ -88,3 +90,17 @@ if sync and workers == 2:
         arrays[f"{name}.rounded"] = np.float64(rounded)
     if gluondist.kvstore.rank() == 0:
         np.savez(os.path.join(out, "fp16.npz"), **arrays)
+    # worker 0 converts a net while worker 1 makes a trainer: each is told, and by what
+    net = models.build("mlpbn")
+    net.initialize()
+    net(mx.nd.array(models.data("mlpbn", 2)[0]))
+    try:
+        if gluondist.kvstore.rank() == 0:
+            gluondist.sync_batchnorm(net)
+        else:
+            gluondist.kvstore.make_trainer(net.collect_params(), "sgd", dict(models.OPTIMIZER))
+        said = "nothing"
+    except RuntimeError as exc:
+        said = str(exc)
+    with open(os.path.join(out, f"differ.{gluondist.kvstore.rank()}"), "w") as f:
+        f.write(said)

@@ -110,3 +110,65 @@ def test_a_last_batch_that_leaves_a_worker_no_sample_is_refused():
     with pytest.raises(ValueError, match="leave a last batch of 1, which gives some of the 2 "
                                          "workers no sample; drop it"):
         check_shares(9, 4, 2, "keep")
+
+
+def test_a_subclass_is_converted_unless_its_forward_is_its_own():
+    class Same(mx.gluon.nn.BatchNorm):  # a BatchNorm by another name
+        pass
+
+    class Own(mx.gluon.nn.BatchNorm):
+        def hybrid_forward(self, F, x, **params):
+            return super().hybrid_forward(F, x, **params) * 2
+
+    def net_of(norm, shaped=True):
+        net = mx.gluon.nn.HybridSequential()
+        net.add(mx.gluon.nn.Dense(4), norm)
+        net.initialize()
+        if shaped:
+            net(mx.nd.ones((2, 3)))
+        return net
+    same = net_of(Same())
+    assert gluondist.sync_batchnorm(same) == 1 and type(same[1]).__name__ == "SyncBatchNorm"
+    # refused before any shape is needed; no pass (BatchNormReLU's fails on this build, and
+    # MXNet raises that error later, in whatever waits next)
+    for norm in (Own(), mx.gluon.nn.BatchNormReLU()):
+        with pytest.raises(ValueError, match=f"is a {type(norm).__name__}, a BatchNorm with a "
+                                             "forward of its own, which sync_batchnorm cannot "
+                                             "keep: build it from nn.BatchNorm"):
+            gluondist.sync_batchnorm(net_of(norm, shaped=False))
+
+
+def test_plain_batchnorm_puts_the_layers_back_and_the_export_loads_elsewhere(tmp_path):
+    import subprocess
+    import sys
+    x = mx.nd.array(np.random.RandomState(0).randn(5, 2, 7, 7), dtype="float64")
+    net = conv_bn(x)
+    before = net._collect_params_with_prefix()
+    assert gluondist.sync_batchnorm(net) == 1
+    net.hybridize()
+    out = step(net, x)
+    assert gluondist.plain_batchnorm(net) == 1 and type(net[1]) is mx.gluon.nn.BatchNorm
+    assert all(net._collect_params_with_prefix()[k] is p for k, p in before.items())
+    plain = net(x).asnumpy()  # MXNet's BatchNorm with the trained running statistics
+    np.testing.assert_allclose(plain, out, rtol=1e-12)
+    net.export(str(tmp_path / "net"))
+    np.save(tmp_path / "x.npy", x.asnumpy())
+    load = ("import mxnet as mx, numpy as np; net = mx.gluon.SymbolBlock.imports('net-symbol.json',"
+            " ['data'], 'net-0000.params'); net.cast('float64'); "
+            "np.save('y.npy', net(mx.nd.array(np.load('x.npy'), dtype='float64')).asnumpy())")
+    subprocess.run([sys.executable, "-c", load], cwd=tmp_path, check=True, timeout=120)
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), plain)
+    assert gluondist.plain_batchnorm(net) == 0
+
+
+def test_fit_puts_the_nets_own_batchnorm_back_when_it_returns():
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Dense(4), mx.gluon.nn.BatchNorm(), mx.gluon.nn.Dense(2))
+    rs = np.random.RandomState(0)
+    X, y = rs.randn(16, 3).astype(np.float32), rs.randint(0, 2, 16).astype(np.float32)
+    gluondist.fit(net, (X, y), epochs=1, batch_size=8, progress=False, sync_batchnorm=True)
+    assert type(net[1]) is mx.gluon.nn.BatchNorm
+    before = net[1].running_mean.data().asnumpy()
+    gluondist.fit(net, (X, y), epochs=1, batch_size=8, progress=False, sync_batchnorm=True)
+    assert type(net[1]) is mx.gluon.nn.BatchNorm  # converted again, and back again
+    assert not np.array_equal(net[1].running_mean.data().asnumpy(), before)
