@@ -2,11 +2,14 @@
 ``gluondist launch``) or through Horovod's ``DistributedTrainer`` (under ``horovodrun``).
 
     peer_train.py gluondist|gluondist-loop|gluondist-comm|horovod|horovod-comm OUT EPOCHS
-                  [STEPS_LOG]
+                  [MODEL [STEPS_LOG]]
 
-A net dominated by one 8 MB layer (Dense(2048) on 1,024 inputs, then Dense(10)), random data,
-64 samples per worker per step, 10 steps an epoch, SGD with momentum, one OpenMP thread, no
-hybridization on either side. Worker 0 writes ``{"epoch_seconds": [...]}`` to OUT, each epoch
+MODEL ``mlp`` (the default): a net dominated by one 8 MB layer (Dense(2048) on 1,024 inputs,
+then Dense(10)), random data, 64 samples per worker per step, 10 steps an epoch, no
+hybridization on either side. MODEL a model-zoo name, with ``@SIZE`` for inputs of 3 x SIZE x
+SIZE (default 32), such as ``resnet18_v1@96`` or ``mobilenet1.0``: that net with 10 classes,
+hybridized on both sides, random images, 32 samples per worker per step, 4 steps an epoch.
+Either way SGD with momentum, one OpenMP thread a worker. Worker 0 writes ``{"epoch_seconds": [...]}`` to OUT, each epoch
 timed to the end of its last update (``mx.nd.waitall()``); with STEPS_LOG, also the wall
 clock of each step and epoch end (for the link timelines).
 
@@ -30,21 +33,51 @@ os.environ["OMP_NUM_THREADS"] = "1"  # before MXNet starts its pool: the same in
 import mxnet as mx  # noqa: E402
 import numpy as np  # noqa: E402
 
-BATCH, STEPS = 64, 10
+BATCH, STEPS = 64, 10  # the MLP's; a model-zoo net's:
+ZOO_BATCH, ZOO_STEPS = 32, 4
 OPT = {"learning_rate": 0.01, "momentum": 0.9}
 
 
-def net():
-    block = mx.gluon.nn.HybridSequential()
-    block.add(mx.gluon.nn.Dense(2048, activation="relu", in_units=1024),
-              mx.gluon.nn.Dense(10, in_units=2048))
-    return block
+class Model:
+    """MODEL (see the module's docstring): its net, data, batch and steps an epoch."""
+
+    def __init__(self, text: str = "mlp"):
+        self.name, _, size = text.partition("@")
+        self.size = int(size) if size else 32
+        zoo = self.name != "mlp"
+        self.batch, self.steps = (ZOO_BATCH, ZOO_STEPS) if zoo else (BATCH, STEPS)
+        self.shape = (3, self.size, self.size) if zoo else (1024,)
+
+    def net(self):
+        if self.name == "mlp":
+            block = mx.gluon.nn.HybridSequential()
+            block.add(mx.gluon.nn.Dense(2048, activation="relu", in_units=1024),
+                      mx.gluon.nn.Dense(10, in_units=2048))
+            return block
+        block = mx.gluon.model_zoo.vision.get_model(self.name, classes=10)
+        block.hybridize(static_alloc=True)
+        return block
+
+    def data(self, workers):
+        rs = np.random.RandomState(0)
+        n = self.batch * self.steps * workers
+        return (rs.rand(n, *self.shape).astype(np.float32),
+                rs.randint(0, 10, n).astype(np.float32))
+
+    def sizes(self):
+        """The elements of each array the workers exchange (those with gradients)."""
+        block = self.net()
+        block.initialize()
+        block(mx.nd.zeros((1, *self.shape)))
+        return [p.data().size for p in block.collect_params().values() if p.grad_req != "null"]
+
+
+def net():  # the MLP's (benchmarks/issue_cost.py)
+    return Model().net()
 
 
 def data(workers):
-    rs = np.random.RandomState(0)
-    n = BATCH * STEPS * workers
-    return rs.rand(n, 1024).astype(np.float32), rs.randint(0, 10, n).astype(np.float32)
+    return Model().data(workers)
 
 
 class Stamps:
@@ -64,7 +97,7 @@ class Stamps:
                 json.dump(self.times, f)
 
 
-def with_gluondist(out, epochs, stamps):
+def with_gluondist(model, epochs, stamps):
     import gluondist
 
     class Stamp(gluondist.Callback):
@@ -77,51 +110,60 @@ def with_gluondist(out, epochs, stamps):
                 stamps.add(epoch)
 
     workers = gluondist.kvstore.num_workers()
-    history = gluondist.fit(net(), data(workers), epochs=epochs, batch_size=BATCH, seed=0,
+    history = gluondist.fit(model.net(), model.data(workers), epochs=epochs,
+                            batch_size=model.batch, seed=0,
                             progress=False, optimizer_params=OPT, callbacks=[Stamp()])
     if gluondist.kvstore.rank() == 0:
         return history.history["epoch_seconds"]
     return None
 
 
-def with_gluondist_loop(out, epochs, stamps, passes=True):
+def with_gluondist_loop(model, epochs, stamps, passes=True):
     from gluondist import kvstore
     rank, workers = kvstore.rank(), kvstore.num_workers()
     mx.random.seed(0)
-    model = net()
-    model.initialize(mx.init.Xavier())
+    block = initialized(model)
     kv = kvstore.create()
-    trainer = kvstore.make_trainer(model.collect_params(), "sgd", dict(OPT), kv,
-                                   batch_size=BATCH)
-    step = kvstore.TrainStep(trainer, kv, [mx.cpu()], BATCH)
-    return train_loop(model, lambda: step(BATCH * workers), rank, workers, epochs, stamps,
-                      passes)
+    trainer = kvstore.make_trainer(block.collect_params(), "sgd", dict(OPT), kv,
+                                   batch_size=model.batch)
+    step = kvstore.TrainStep(trainer, kv, [mx.cpu()], model.batch)
+    return train_loop(model, block, lambda: step(model.batch * workers), rank, workers, epochs,
+                      stamps, passes)
 
 
-def with_gluondist_comm(out, epochs, stamps):
-    return with_gluondist_loop(out, epochs, stamps, passes=False)
+def with_gluondist_comm(model, epochs, stamps):
+    return with_gluondist_loop(model, epochs, stamps, passes=False)
 
 
-def train_loop(model, update, rank, workers, epochs, stamps, passes=True):
+def initialized(model):
+    """``model``'s net, initialized, its shapes known (a model-zoo net infers some)."""
+    block = model.net()
+    block.initialize(mx.init.Xavier())
+    block(mx.nd.zeros((1, *model.shape)))
+    return block
+
+
+def train_loop(model, block, update, rank, workers, epochs, stamps, passes=True):
     """The epochs of a hand-written loop: ``update()`` after each batch's backward (with
     ``passes`` False, one forward and backward in the first step and none after)."""
     from mxnet import autograd, gluon
-    X, y = data(workers)
+    X, y = model.data(workers)
+    batch = model.batch
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     seconds = []
     for epoch in range(epochs):
         mx.nd.waitall()
         started = time.perf_counter()
-        for step in range(STEPS):
+        for step in range(model.steps):
             if passes or (epoch, step) == (0, 0):
-                rows = slice((step * workers + rank) * BATCH,
-                             (step * workers + rank + 1) * BATCH)
+                rows = slice((step * workers + rank) * batch,
+                             (step * workers + rank + 1) * batch)
                 x, label = mx.nd.array(X[rows]), mx.nd.array(y[rows])
                 with autograd.record():
-                    loss = loss_fn(model(x), label)
+                    loss = loss_fn(block(x), label)
                 loss.backward()
             else:  # the same gradients again, which Trainer would refuse as stale
-                for p in model.collect_params().values():
+                for p in block.collect_params().values():
                     for d in p.list_data():
                         d._fresh_grad = True
             update()
@@ -134,35 +176,39 @@ def train_loop(model, update, rank, workers, epochs, stamps, passes=True):
     return seconds if rank == 0 else None
 
 
-def with_horovod(out, epochs, stamps, passes=True):
+def with_horovod(model, epochs, stamps, passes=True):
     import horovod.mxnet as hvd
-    from mxnet import autograd, gluon
     hvd.init()
     rank, workers = hvd.rank(), hvd.size()
-    X, y = data(workers)
-    model = net()
-    model.initialize(mx.init.Xavier())
-    params = model.collect_params()
+    block = initialized(model)
+    params = block.collect_params()
     hvd.broadcast_parameters(params, root_rank=0)
     trainer = hvd.DistributedTrainer(params, "sgd", dict(OPT))
-    return train_loop(model, lambda: trainer.step(BATCH), rank, workers, epochs, stamps,
-                      passes)
+    return train_loop(model, block, lambda: trainer.step(model.batch), rank, workers, epochs,
+                      stamps, passes)
 
 
-def with_horovod_comm(out, epochs, stamps):
-    return with_horovod(out, epochs, stamps, passes=False)
+def with_horovod_comm(model, epochs, stamps):
+    return with_horovod(model, epochs, stamps, passes=False)
 
 
 def main():
     from positional import positional
-    args = positional(__doc__, 3, 4)
+    args = positional(__doc__, 3, 5)
     which, out, epochs = args[0], args[1], args[2]
     if not epochs.isdigit() or int(epochs) < 1:
         print(f"peer_train.py: EPOCHS {epochs!r} is not a whole number of at least 1",
               file=sys.stderr)
         sys.exit(2)
     epochs = int(epochs)
-    stamps = Stamps(args[3] if len(args) > 3 else None)
+    try:
+        model = Model(args[3] if len(args) > 3 else "mlp")
+        model.net()
+    except ValueError:
+        print(f"peer_train.py: MODEL {args[3]!r} is not mlp or a model-zoo name (with @SIZE, a "
+              "whole number, for SIZE x SIZE inputs), such as resnet18_v1@96", file=sys.stderr)
+        sys.exit(2)
+    stamps = Stamps(args[4] if len(args) > 4 else None)
     modes = {"gluondist": with_gluondist, "gluondist-loop": with_gluondist_loop,
              "gluondist-comm": with_gluondist_comm, "horovod": with_horovod,
              "horovod-comm": with_horovod_comm}
@@ -171,7 +217,7 @@ def main():
               file=sys.stderr)
         sys.exit(2)
     train = modes[which]
-    seconds = train(out, epochs, stamps)
+    seconds = train(model, epochs, stamps)
     if seconds is not None:
         with open(out, "w") as f:
             json.dump({"epoch_seconds": seconds}, f)

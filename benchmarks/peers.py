@@ -2,7 +2,8 @@
 ``horovod.mxnet.DistributedTrainer`` under ``horovodrun --gloo``, one worker per
 network-namespace host, every link shaped to RATE both ways.
 
-    python benchmarks/peers.py --horovod-python PY [--rate 200mbit] [--workers 2 3 4]
+    python benchmarks/peers.py --horovod-python PY [--model mlp] [--rate 200mbit]
+                               [--workers 2 3 4]
                                [--rounds 2] [--epochs 4] [--arms ARM ...]
                                [--env K=V ...] [--variant LABEL=K=V[,K=V] ...]
                                [--parts] [--timeline 3 4]
@@ -13,9 +14,11 @@ network-namespace host, every link shaped to RATE both ways.
 from the Python that runs this script, which must have gluondist and MXNet (the README's
 ``.venv/bin/python``). Horovod is needed by this benchmark only, never by gluondist.
 
-The training is the same on both sides (benchmarks/peer_train.py): a net dominated by one 8 MB
-layer, random data, 64 samples per worker per step, 10 steps an epoch, SGD with momentum, one
-OpenMP thread per worker. For each worker count W, in every round (the arms' order alternating
+The training is the same on both sides (benchmarks/peer_train.py): ``--model``, by default a
+net dominated by one 8 MB layer, random data, 64 samples per worker per step, 10 steps an
+epoch; or a model-zoo net (``resnet18_v1``, ``mobilenet1.0``, with ``@SIZE`` for larger
+inputs than 32 x 32), hybridized on both sides, 32 samples per worker per step, 4 steps an
+epoch; SGD with momentum, one OpenMP thread per worker. For each worker count W, in every round (the arms' order alternating
 from round to round), one job of each arm:
 
 - ``gluondist S=1``: one server, on the first worker's host;
@@ -26,7 +29,7 @@ from round to round), one job of each arm:
 The figure of a job is the median epoch time after its first epoch (worker 0's clock, each
 epoch to the end of its last update); of an arm, the median over the rounds. Beside each, the
 byte bound: the busiest link direction's bytes per step (gluondist.bench.model for the
-parameter server, 2M(W-1)/W for the ring) at RATE, times 10 steps. And per job, the packets
+parameter server, 2M(W-1)/W for the ring) at RATE, times the steps of an epoch. And per job, the packets
 the links dropped (tc tbf's queues, both ends of every host's cable) and the TCP segments the
 hosts sent again, summed over the hosts (``dropped_resent``).
 
@@ -72,8 +75,6 @@ from gluondist.launcher.errors import LaunchError  # noqa: E402
 from gluondist.launcher.options import check_env, env_pairs  # noqa: E402
 
 TRAIN = os.path.join(HERE, "peer_train.py")
-STEPS = 10  # peer_train.STEPS
-SIZES = [1024 * 2048, 2048, 2048 * 10, 10]  # peer_train.net()'s parameters, in elements
 ARMS = ("gluondist S=1", "gluondist S=W", "gluondist dedicated", "horovod")
 # --parts: arm -> (the arm whose hosts and servers it uses, peer_train.py's way to train)
 PARTS = {"gluondist S=W loop": ("gluondist S=W", "gluondist-loop"),
@@ -82,20 +83,33 @@ PARTS = {"gluondist S=W loop": ("gluondist S=W", "gluondist-loop"),
 SAMPLE_S = 0.01
 
 
-def bound_s(arm: str, workers: int, bits: float, chunk_bytes: int = CHUNK_BYTES) -> float:
-    """The epoch's time if the busiest link direction were never idle."""
+def model_of(text: str):
+    """peer_train.py's MODEL ``text`` (peer_train.Model), imported here without the
+    OMP_NUM_THREADS it sets for its workers."""
+    before = os.environ.get("OMP_NUM_THREADS")
+    import peer_train
+    if before is None:
+        os.environ.pop("OMP_NUM_THREADS", None)
+    else:
+        os.environ["OMP_NUM_THREADS"] = before
+    return peer_train.Model(text)
+
+
+def bound_s(arm: str, workers: int, bits: float, chunk_bytes: int, sizes, steps) -> float:
+    """The epoch's time if the busiest link direction were never idle: ``steps`` steps that
+    exchange arrays of ``sizes`` elements (float32)."""
     if arm == "horovod":
-        per_step = 2 * sum(SIZES) * 4 * (workers - 1) / workers
+        per_step = 2 * sum(sizes) * 4 * (workers - 1) / workers
     else:
         hosts = tuple(f"h{i}" for i in range(workers))
         servers = {"gluondist S=1": hosts[:1], "gluondist S=W": hosts,
                    "gluondist dedicated": tuple(f"s{i}" for i in range(workers))}[arm]
-        sent = [b - a for n in SIZES for a, b in chunk_bounds(n, 4, chunk_bytes)]
+        sent = [b - a for n in sizes for a, b in chunk_bounds(n, 4, chunk_bytes)]
         per_step = link_bytes(Layout(hosts, servers), sent).bound()
-    return STEPS * per_step * 8 / bits
+    return steps * per_step * 8 / bits
 
 
-def gluondist_job(cluster, work, arm, workers, epochs, stamps, env, mode):
+def gluondist_job(cluster, work, arm, workers, epochs, stamps, env, mode, model):
     hosts, extra = cluster.hosts[:workers], cluster.hosts[workers:2 * workers]
     settings = [f"--env={k}={v}" for k, v in (env or {}).items()]
     servers = 1 if arm == "gluondist S=1" else workers
@@ -104,15 +118,15 @@ def gluondist_job(cluster, work, arm, workers, epochs, stamps, env, mode):
     argv = [sys.executable, "-m", "gluondist.cli", "launch", "--launcher", "ssh",
             "--ssh-config", cluster.ssh_config, "-H", ",".join(f"{h}:1" for h in hosts),
             "-n", str(workers), "-s", str(servers), *layout, *settings, TRAIN, mode, out,
-            str(epochs), *([stamps] if stamps else [])]
+            str(epochs), model, *([stamps] if stamps else [])]
     run(argv, work)
     return out
 
 
-def horovod_job(cluster, work, python, workers, epochs, stamps, mode):
+def horovod_job(cluster, work, python, workers, epochs, stamps, mode, model):
     out = os.path.join(work, "epochs.json")
     horovod_run(cluster, work, python, workers,
-                [TRAIN, mode, out, str(epochs), *([stamps] if stamps else [])])
+                [TRAIN, mode, out, str(epochs), model, *([stamps] if stamps else [])])
     return out
 
 
@@ -171,15 +185,16 @@ def own_way(arm: str) -> str:
     return "horovod" if arm == "horovod" else "gluondist"
 
 
-def job(cluster, tmp, python, arm, workers, epochs, stamps=None, env=None, mode=None):
+def job(cluster, tmp, python, arm, workers, epochs, stamps=None, env=None, mode=None,
+        model="mlp"):
     """The job's epoch times (worker 0's); ``env``: a variant's settings (gluondist only);
     ``mode``: peer_train.py's way to train (default the arm's own)."""
     work = tempfile.mkdtemp(dir=tmp)
     mode = mode or own_way(arm)
     if arm == "horovod":
-        out = horovod_job(cluster, work, python, workers, epochs, stamps, mode)
+        out = horovod_job(cluster, work, python, workers, epochs, stamps, mode, model)
     else:
-        out = gluondist_job(cluster, work, arm, workers, epochs, stamps, env, mode)
+        out = gluondist_job(cluster, work, arm, workers, epochs, stamps, env, mode, model)
     with open(out) as f:
         return json.load(f)["epoch_seconds"]
 
@@ -239,7 +254,7 @@ def sample(path, ports):
         json.dump(out, f)
 
 
-def timeline(cluster, tmp, python, arm, workers, epochs, bits, env=None):
+def timeline(cluster, tmp, python, arm, workers, epochs, bits, env=None, model="mlp"):
     """One job with its links sampled: the epoch before the last's steps, and each link's
     rate per sample in that window (Mbit/s), idle share (below 10% of the rate)."""
     work = tempfile.mkdtemp(dir=tmp)
@@ -247,7 +262,7 @@ def timeline(cluster, tmp, python, arm, workers, epochs, bits, env=None):
     hosts = cluster.hosts[:workers] + (cluster.hosts[workers:2 * workers]
                                        if arm == "gluondist dedicated" else [])
     with Sampler(cluster, hosts, os.path.join(work, "links.json")) as sampler:
-        seconds = job(cluster, tmp, python, arm, workers, epochs, stamps, env)
+        seconds = job(cluster, tmp, python, arm, workers, epochs, stamps, env, model=model)
     links = sampler.read()
     with open(stamps) as f:
         steps = json.load(f)
@@ -302,6 +317,11 @@ def checked(parser, args):
                      "result is written at the end)")
     if min(args.workers + args.timeline) < 2:
         parser.error("--workers, --timeline: give 2 or more workers each; one has no peer")
+    try:
+        model_of(args.model).net()
+    except ValueError:
+        parser.error(f"--model {args.model!r}: give mlp or a model-zoo name (with @SIZE, a whole "
+                     "number, for SIZE x SIZE inputs), such as resnet18_v1@96")
     if args.epochs < 2:
         parser.error(f"--epochs {args.epochs}: give 2 or more; the first epoch is not counted")
     if args.rounds < 0 or (args.rounds == 0 and not args.timeline):
@@ -337,6 +357,9 @@ def checked(parser, args):
 def main():
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--horovod-python", metavar="PY", help="required")
+    parser.add_argument("--model", default="mlp", help="peer_train.py's MODEL: mlp, or a "
+                        "model-zoo net such as resnet18_v1, mobilenet1.0, resnet18_v1@96 "
+                        "(default: %(default)s)")
     parser.add_argument("--rate", default="200mbit", help="every link's rate, both ways, as "
                         "tc gives it (default: %(default)s)")
     parser.add_argument("--workers", type=int, nargs="+", default=[2, 3, 4],
@@ -366,6 +389,8 @@ def main():
     if args.sample:
         return sample(args.sample[0], args.sample[1:])
     bits, common, variants = checked(parser, args)
+    model = model_of(args.model)
+    sizes = model.sizes()
     most = max(args.workers + args.timeline)
     parts = PARTS if args.parts else {}
     args.arms = args.arms + list(variants) + list(parts)
@@ -383,7 +408,8 @@ def main():
     runs = {(w, arm): [] for w in args.workers for arm in args.arms}
     lost = {key: [] for key in runs}  # [drops, retransmissions] per job
     result = {"command": shlex.join(["python", *sys.argv]), "rate": args.rate,
-              "epochs": args.epochs, "steps": STEPS, "env": common,
+              "model": args.model, "arrays": len(sizes), "mbytes": sum(sizes) * 4 / 1e6,
+              "epochs": args.epochs, "steps": model.steps, "env": common,
               "chunk_bytes": int(common.get("GLUONDIST_CHUNK_BYTES", CHUNK_BYTES)),
               "load_1min": [os.getloadavg()[0]], "rows": [], "timelines": []}
     with tempfile.TemporaryDirectory() as tmp, \
@@ -395,7 +421,7 @@ def main():
                     arm_of, env = base(arm)
                     before = losses(cluster)
                     seconds = job(cluster, tmp, args.horovod_python, arm_of, w, args.epochs,
-                                  env=env, mode=side(arm)[1])
+                                  env=env, mode=side(arm)[1], model=args.model)
                     lost[w, arm].append([b - a for a, b in zip(before, losses(cluster))])
                     runs[w, arm].append(statistics.median(seconds[1:]))
                     print(f"round {r + 1}, W={w}, {arm}: {runs[w, arm][-1]:.2f} s an epoch "
@@ -405,7 +431,7 @@ def main():
             for arm in args.timeline_arms:
                 result["timelines"].append(
                     timeline(cluster, tmp, args.horovod_python, arm, w, args.epochs, bits,
-                             base(arm)[1]))
+                             base(arm)[1], args.model))
     result["load_1min"].append(os.getloadavg()[0])
     for w in args.workers:
         for arm in (a for a in args.arms if runs[w, a]):  # --rounds 0: timelines only
@@ -417,7 +443,8 @@ def main():
             row = {"workers": w, "arm": arm, "env": env, "epoch_s": epoch,
                    "trains": side(arm)[1],
                    "ratio_against": peer,
-                   "rounds": runs[w, arm], "bound_s": bound_s(arm_of, w, bits, chunk),
+                   "rounds": runs[w, arm], "bound_s": bound_s(arm_of, w, bits, chunk, sizes,
+                                                                  model.steps),
                    "dropped_resent": lost[w, arm],
                    "horovod_speed_ratio":
                    None if horovod is None else horovod / epoch}

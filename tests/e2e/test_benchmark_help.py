@@ -46,6 +46,14 @@ def test_peer_train_refuses_epochs_that_are_no_whole_number_in_one_line(tmp_path
     assert run.stderr.strip() == "peer_train.py: EPOCHS 'x' is not a whole number of at least 1"
 
 
+@pytest.mark.parametrize("model", ["resnet99", "resnet18_v1@big"])
+def test_peer_train_refuses_a_model_it_cannot_build_in_one_line(tmp_path, model):
+    run = peer_train("gluondist", str(tmp_path / "out.json"), "1", model)
+    assert run.returncode == 2
+    [line] = run.stderr.strip().splitlines()
+    assert line.startswith(f"peer_train.py: MODEL {model!r} is not mlp or a model-zoo name")
+
+
 @pytest.fixture
 def peers(tmp_path):
     """peers.py with a Horovod Python that passes its checks: a program with horovodrun
@@ -65,6 +73,7 @@ def peers(tmp_path):
     (["--workers", "1", "3"], "--workers, --timeline: give 2 or more workers each"),
     (["--timeline", "0"], "--workers, --timeline: give 2 or more workers each"),
     (["--epochs", "1"], "--epochs 1: give 2 or more; the first epoch is not counted"),
+    (["--model", "resnet99"], "--model 'resnet99': give mlp or a model-zoo name"),
     (["--rounds", "-1"], "--rounds -1: give 1 or more, or 0 with --timeline W"),
     (["--rounds", "0", "--timeline"], "--rounds 0: give 1 or more, or 0 with --timeline W"),
     (["--workers", "2", "2"], "--workers 2 2: give each once"),
