@@ -24,7 +24,9 @@ from round to round), one job of each arm:
 - ``gluondist S=1``: one server, on the first worker's host;
 - ``gluondist S=W``: W servers, one on each worker's host (colocated);
 - ``gluondist dedicated``: W servers on W hosts of their own (--server-hosts);
-- ``horovod``: ring allreduce over Gloo, ``horovodrun`` started on the first host.
+- ``horovod``: ring allreduce over Gloo, ``horovodrun`` started on the first host;
+- ``horovod autotune`` (on ``--arms`` only): the same with ``horovodrun --autotune``, which
+  tunes Horovod's fusion threshold and cycle time over the job's first steps.
 
 The figure of a job is the median epoch time after its first epoch (worker 0's clock, each
 epoch to the end of its last update); of an arm, the median over the rounds. Beside each, the
@@ -76,6 +78,7 @@ from gluondist.launcher.options import check_env, env_pairs  # noqa: E402
 
 TRAIN = os.path.join(HERE, "peer_train.py")
 ARMS = ("gluondist S=1", "gluondist S=W", "gluondist dedicated", "horovod")
+HOROVOD_ARMS = ("horovod", "horovod autotune")  # the second on --arms only
 # --parts: arm -> (the arm whose hosts and servers it uses, peer_train.py's way to train)
 PARTS = {"gluondist S=W loop": ("gluondist S=W", "gluondist-loop"),
          "gluondist S=W comm": ("gluondist S=W", "gluondist-comm"),
@@ -98,7 +101,7 @@ def model_of(text: str):
 def bound_s(arm: str, workers: int, bits: float, chunk_bytes: int, sizes, steps) -> float:
     """The epoch's time if the busiest link direction were never idle: ``steps`` steps that
     exchange arrays of ``sizes`` elements (float32)."""
-    if arm == "horovod":
+    if arm in HOROVOD_ARMS:
         per_step = 2 * sum(sizes) * 4 * (workers - 1) / workers
     else:
         hosts = tuple(f"h{i}" for i in range(workers))
@@ -123,18 +126,20 @@ def gluondist_job(cluster, work, arm, workers, epochs, stamps, env, mode, model)
     return out
 
 
-def horovod_job(cluster, work, python, workers, epochs, stamps, mode, model):
+def horovod_job(cluster, work, python, workers, epochs, stamps, mode, model, autotune=False):
     out = os.path.join(work, "epochs.json")
     horovod_run(cluster, work, python, workers,
-                [TRAIN, mode, out, str(epochs), model, *([stamps] if stamps else [])])
+                [TRAIN, mode, out, str(epochs), model, *([stamps] if stamps else [])],
+                autotune)
     return out
 
 
-def horovod_run(cluster, work, python, workers, argv):
-    """``python ARGV`` on the first ``workers`` hosts under horovodrun, from inside the first
-    host (Gloo binds what the machine's name resolves to: the cluster maps it to each host's
-    own address); its ssh reads the cluster's config through a wrapper first on PATH, since
-    horovodrun passes no ssh options but a key."""
+def horovod_run(cluster, work, python, workers, argv, autotune=False):
+    """``python ARGV`` on the first ``workers`` hosts under horovodrun (with ``autotune``,
+    ``--autotune``: Horovod tunes its fusion threshold and cycle time online), from inside the
+    first host (Gloo binds what the machine's name resolves to: the cluster maps it to each
+    host's own address); its ssh reads the cluster's config through a wrapper first on PATH,
+    since horovodrun passes no ssh options but a key."""
     hosts = cluster.hosts[:workers]
     wrapper = os.path.join(work, "bin")
     os.makedirs(wrapper, exist_ok=True)
@@ -144,7 +149,8 @@ def horovod_run(cluster, work, python, workers, argv):
     bindir = os.path.dirname(python)
     run(["ip", "netns", "exec", cluster.ns[hosts[0]], "env",
          f"PATH={wrapper}:{bindir}:{os.environ['PATH']}", os.path.join(bindir, "horovodrun"),
-         "--gloo", "--network-interface", "eth0", "--ssh-identity-file",
+         "--gloo", *(["--autotune"] if autotune else []), "--network-interface", "eth0",
+         "--ssh-identity-file",
          os.path.join(cluster.dir, "id"), "-np", str(workers), "-H",
          ",".join(f"{h}:1" for h in hosts), python, *argv], work)
 
@@ -182,7 +188,7 @@ def losses(cluster) -> Tuple[int, int]:
 
 def own_way(arm: str) -> str:
     """peer_train.py's way to train for one of ARMS (or a variant of S=W)."""
-    return "horovod" if arm == "horovod" else "gluondist"
+    return "horovod" if arm in HOROVOD_ARMS else "gluondist"
 
 
 def job(cluster, tmp, python, arm, workers, epochs, stamps=None, env=None, mode=None,
@@ -191,8 +197,9 @@ def job(cluster, tmp, python, arm, workers, epochs, stamps=None, env=None, mode=
     ``mode``: peer_train.py's way to train (default the arm's own)."""
     work = tempfile.mkdtemp(dir=tmp)
     mode = mode or own_way(arm)
-    if arm == "horovod":
-        out = horovod_job(cluster, work, python, workers, epochs, stamps, mode, model)
+    if arm in HOROVOD_ARMS:
+        out = horovod_job(cluster, work, python, workers, epochs, stamps, mode, model,
+                          arm == "horovod autotune")
     else:
         out = gluondist_job(cluster, work, arm, workers, epochs, stamps, env, mode, model)
     with open(out) as f:
@@ -375,7 +382,8 @@ def main():
     parser.add_argument("--timeline", type=int, nargs="*", default=[3, 4], metavar="W",
                         help="worker counts to sample the links at, one more job of each "
                              "--timeline-arms; none if given bare (default: 3 4)")
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS + HOROVOD_ARMS[1:],
+                        help="(default: all but 'horovod autotune')")
     parser.add_argument("--env", action="append", default=[], metavar="K=V",
                         help="set in every gluondist job, such as GLUONDIST_CHUNK_BYTES=65536")
     parser.add_argument("--variant", action="append", default=[], metavar="LABEL=K=V[,K=V]",
@@ -395,7 +403,7 @@ def main():
     parts = PARTS if args.parts else {}
     args.arms = args.arms + list(variants) + list(parts)
     side = lambda arm: parts.get(arm, (arm, own_way(arm)))  # (hosts and servers, way to train)
-    base = lambda arm: variants.get(arm, (side(arm)[0], None if side(arm)[0] == "horovod"
+    base = lambda arm: variants.get(arm, (side(arm)[0], None if side(arm)[0] in HOROVOD_ARMS
                                           else common or None))
     reason = netns.unavailable()
     if reason:
