@@ -131,6 +131,31 @@ def forget_graphs(block) -> None:
         forget_graphs(child)
 
 
+def traced(block):
+    """What :func:`retrace` needs to trace ``block``'s graph again as its last call did (its
+    symbolic inputs and their nesting), or None where it has no graph."""
+    if not isinstance(block, mx.gluon.HybridBlock) or not block._cached_graph:
+        return None
+    return block._cached_graph[0], block._in_format
+
+
+def retrace(block, inputs) -> None:
+    """Trace ``block``'s graph again from ``inputs`` (:func:`traced`'s, taken before
+    :func:`forget_graphs`), so that ``export`` writes the block as it is now, with no call in
+    between; None: nothing to do."""
+    if inputs is None:
+        return
+    symbols, fmt = inputs
+    given = iter(symbols)
+
+    def leaves(f):  # the flat arguments: None where the call passed None
+        if isinstance(f, int):
+            return [None] if f == -1 else [next(given)]
+        return [leaf for g in f for leaf in leaves(g)]
+    # the graph and the parameters export writes (_cached_op_args); the next call runs it
+    block._build_cache(*mx.gluon.block._regroup(leaves(fmt), fmt))
+
+
 def is_batchnorm(block) -> bool:
     """Whether ``block`` is one of MXNet's BatchNorm layers or derives from their base."""
     return isinstance(block, mx.gluon.nn.basic_layers._BatchNorm)

@@ -248,10 +248,12 @@ def plain_batchnorm(net) -> int:
     exists only in the process that made it). ``fit(sync_batchnorm=True)`` does this when it
     returns. Returns how many layers it put back."""
     found = list(_converted(net))
+    inputs = _mx.traced(net)
     for parent, layer in found:
         _mx.replace_child(parent, layer, _LAYERS[layer.layer].original)
     if found:
         _mx.forget_graphs(net)
+        _mx.retrace(net, inputs)  # export needs a graph: the last call's, traced anew
     return len(found)
 
 

@@ -149,9 +149,9 @@ def test_plain_batchnorm_puts_the_layers_back_and_the_export_loads_elsewhere(tmp
     out = step(net, x)
     assert gluondist.plain_batchnorm(net) == 1 and type(net[1]) is mx.gluon.nn.BatchNorm
     assert all(net._collect_params_with_prefix()[k] is p for k, p in before.items())
+    net.export(str(tmp_path / "net"))  # as it is: no call in between
     plain = net(x).asnumpy()  # MXNet's BatchNorm with the trained running statistics
     np.testing.assert_allclose(plain, out, rtol=1e-12)
-    net.export(str(tmp_path / "net"))
     np.save(tmp_path / "x.npy", x.asnumpy())
     load = ("import mxnet as mx, numpy as np; net = mx.gluon.SymbolBlock.imports('net-symbol.json',"
             " ['data'], 'net-0000.params'); net.cast('float64'); "
@@ -161,13 +161,16 @@ def test_plain_batchnorm_puts_the_layers_back_and_the_export_loads_elsewhere(tmp
     assert gluondist.plain_batchnorm(net) == 0
 
 
-def test_fit_puts_the_nets_own_batchnorm_back_when_it_returns():
+def test_fit_puts_the_nets_own_batchnorm_back_when_it_returns(tmp_path):
     net = mx.gluon.nn.HybridSequential()
     net.add(mx.gluon.nn.Dense(4), mx.gluon.nn.BatchNorm(), mx.gluon.nn.Dense(2))
     rs = np.random.RandomState(0)
     X, y = rs.randn(16, 3).astype(np.float32), rs.randint(0, 2, 16).astype(np.float32)
+    net.hybridize()
     gluondist.fit(net, (X, y), epochs=1, batch_size=8, progress=False, sync_batchnorm=True)
     assert type(net[1]) is mx.gluon.nn.BatchNorm
+    net.export(str(tmp_path / "net"))  # the graph traced anew, with MXNet's BatchNorm
+    assert "gluondist" not in (tmp_path / "net-symbol.json").read_text()
     before = net[1].running_mean.data().asnumpy()
     gluondist.fit(net, (X, y), epochs=1, batch_size=8, progress=False, sync_batchnorm=True)
     assert type(net[1]) is mx.gluon.nn.BatchNorm  # converted again, and back again
