@@ -9,9 +9,10 @@ then Dense(10)), random data, 64 samples per worker per step, 10 steps an epoch,
 hybridization on either side. MODEL a model-zoo name, with ``@SIZE`` for inputs of 3 x SIZE x
 SIZE (default 32), such as ``resnet18_v1@96`` or ``mobilenet1.0``: that net with 10 classes,
 hybridized on both sides, random images, 32 samples per worker per step, 4 steps an epoch.
-Either way SGD with momentum, one OpenMP thread a worker. Worker 0 writes ``{"epoch_seconds": [...]}`` to OUT, each epoch
-timed to the end of its last update (``mx.nd.waitall()``); with STEPS_LOG, also the wall
-clock of each step and epoch end (for the link timelines).
+Either way SGD with momentum, one OpenMP thread a worker. Worker 0 writes
+``{"epoch_seconds": [...]}`` to OUT, each epoch timed to the end of its last update
+(``mx.nd.waitall()``); with STEPS_LOG, also the wall clock of each step and epoch end (for the
+link timelines).
 
 Where an epoch goes (peers.py --parts): ``gluondist-loop`` trains in a hand-written loop of
 gluondist's parts (``make_trainer``, ``TrainStep``) instead of ``fit``; ``gluondist-comm`` and

@@ -118,12 +118,29 @@ def gluondist_job(cluster, work, arm, workers, epochs, stamps, env, mode, model)
     servers = 1 if arm == "gluondist S=1" else workers
     layout = ["--server-hosts", ",".join(extra)] if arm == "gluondist dedicated" else []
     out = os.path.join(work, "epochs.json")
-    argv = [sys.executable, "-m", "gluondist.cli", "launch", "--launcher", "ssh",
-            "--ssh-config", cluster.ssh_config, "-H", ",".join(f"{h}:1" for h in hosts),
+    argv = [sys.executable, "-m", "gluondist.cli", "launch", *ssh_launch(cluster, hosts),
             "-n", str(workers), "-s", str(servers), *layout, *settings, TRAIN, mode, out,
             str(epochs), model, *([stamps] if stamps else [])]
     run(argv, work)
     return out
+
+
+def ssh_launch(cluster, hosts) -> list:
+    """gluondist launch's options that run a worker on each of ``hosts`` of ``cluster``, over
+    ssh."""
+    return ["--launcher", "ssh", "--ssh-config", cluster.ssh_config, "-H",
+            ",".join(f"{h}:1" for h in hosts)]
+
+
+def link_hosts(stack, count: int, rate: str):
+    """``count`` namespace hosts (tests/netns.py), each linked at ``rate``, removed when
+    ``stack`` closes; the script exits in one line where they cannot be built here."""
+    reason = netns.unavailable()
+    if reason:
+        raise SystemExit(reason)
+    work = stack.enter_context(tempfile.TemporaryDirectory())
+    return stack.enter_context(netns.Cluster(count, os.path.join(work, "net"), rate=rate,
+                                             own_hostname=True))
 
 
 def horovod_job(cluster, work, python, workers, epochs, stamps, mode, model, autotune=False):

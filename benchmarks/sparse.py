@@ -108,17 +108,10 @@ class Hosts:
     """Two namespace hosts linked at ``rate``, and how each side launches on them."""
 
     def __init__(self, stack, rate: str, horovod: str = None):
-        sys.path.insert(0, os.path.join(ROOT, "tests"))
-        import netns
-        reason = netns.unavailable()
-        if reason:
-            raise SystemExit(reason)
-        work = stack.enter_context(tempfile.TemporaryDirectory())
-        self.cluster = stack.enter_context(netns.Cluster(2, os.path.join(work, "net"), rate=rate,
-                                                         own_hostname=True))
+        from peers import link_hosts, ssh_launch
+        self.cluster = link_hosts(stack, 2, rate)
         self.horovod = horovod
-        self.launch = ("--launcher", "ssh", "--ssh-config", self.cluster.ssh_config, "-H",
-                       ",".join(f"{h}:1" for h in self.cluster.hosts), "--threads", "1")
+        self.launch = (*ssh_launch(self.cluster, self.cluster.hosts), "--threads", "1")
 
 
 def arguments(argv):

@@ -4,7 +4,7 @@ through ``fit`` with and without it, the two alternating, and the median epoch o
 compared. The nets are the model zoo's (tests/models.py), 3x32x32 inputs, 16 samples a worker
 a step, 8 steps an epoch, 3 epochs, the first left out; one OpenMP thread a worker (the
 launcher's default on 2 cores). With ``--link RATE`` (as root) each worker runs on a namespace
-host of its own (tests/netns.py; the server beside worker 0), over ssh, links at RATE.
+host of its own (tests/netns.py; the server on the first), over ssh, links at RATE.
 
     python benchmarks/syncbn.py [--models resnet18_v1 mobilenetv2_0.25] [--repeats 5]
                                 [--link 1gbit] [--json FILE]
@@ -12,7 +12,6 @@ host of its own (tests/netns.py; the server beside worker 0), over ssh, links at
 import contextlib
 import os
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -44,15 +43,9 @@ def main(argv=None):
 def hosts(stack, rate: str) -> tuple:
     """gluondist launch's options for two namespace hosts linked at ``rate`` (removed when
     ``stack`` closes)."""
-    sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-    import netns
-    netns.require()
-    work = stack.enter_context(tempfile.TemporaryDirectory())
-    cluster = stack.enter_context(netns.Cluster(2, os.path.join(work, "net"), rate=rate))
-    hostfile = os.path.join(work, "hosts")
-    with open(hostfile, "w") as f:
-        f.writelines(f"{h} slots=1\n" for h in cluster.hosts)
-    return ("--launcher", "ssh", "--ssh-config", cluster.ssh_config, "-H", hostfile)
+    from peers import link_hosts, ssh_launch
+    cluster = link_hosts(stack, 2, rate)
+    return tuple(ssh_launch(cluster, cluster.hosts))
 
 
 if __name__ == "__main__":

@@ -245,8 +245,8 @@ def plain_batchnorm(net) -> int:
     """Undo :func:`sync_batchnorm`: put each converted layer of ``net`` back as the BatchNorm
     it was, with the same parameters (trained values and running statistics included), so
     that ``net.export`` writes a graph any MXNet loads (a converted layer's custom operator
-    exists only in the process that made it). ``fit(sync_batchnorm=True)`` does this when it
-    returns. Returns how many layers it put back."""
+    exists only in the process that made it). ``fit(sync_batchnorm=True)`` does this however
+    it ends. Returns how many layers it put back."""
     found = list(_converted(net))
     inputs = _mx.traced(net)
     for parent, layer in found:
