@@ -16,6 +16,8 @@ import logging
 import os
 import re
 import shutil
+import signal
+import socket
 import threading
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -124,10 +126,12 @@ class Writer:
     other a step checkpoint (one falls a few steps before or after an epoch's end, which a
     larger ``checkpoint_every`` does not avoid); a write that failed is raised by the next
     :meth:`raise_failed`, :meth:`submit` or :meth:`drain`, never lost. The thread is not a
-    daemon: a process that ends normally finishes its last write first."""
+    daemon: a process that ends normally finishes its last write first, and one told to end
+    by SIGTERM does too (:class:`_FinishOnTerm`, until :meth:`drain`)."""
 
     def __init__(self, directory):
         self.directory = directory
+        self._guard: Optional[_FinishOnTerm] = None
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
         self._said = False
@@ -155,6 +159,8 @@ class Writer:
         self._thread = threading.Thread(target=self._write, args=(snapshot,),
                                         name="gluondist-checkpoint")
         self._thread.start()
+        if self._guard is None:
+            self._guard = _FinishOnTerm.install(lambda: self._thread)
 
     def _write(self, snapshot: Snapshot) -> None:
         try:
@@ -174,7 +180,72 @@ class Writer:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        if self._guard is not None:
+            self._guard.remove()
+            self._guard = None
         self.raise_failed()
+
+
+class _FinishOnTerm:
+    """SIGTERM ends the process only once the checkpoint write in flight is complete. The
+    launcher tears a job down with SIGTERM when another worker fails, which can come right
+    after an epoch's end: the default action would drop that epoch's checkpoint halfway, and
+    the restart would redo the epoch. The training thread may be blocked inside MXNet then
+    (waiting for the failed worker), where Python runs no handler, so a thread of its own reads
+    the signal from Python's wakeup fd, waits for the write and exits with 128+SIGTERM. The
+    launcher's SIGKILL, STOP_GRACE after its SIGTERM, still bounds the wait. Installed only
+    from the main thread while SIGTERM is at its default and no wakeup fd is set: a script's
+    own handling (asyncio's included) is left as it is."""
+
+    def __init__(self, writing, wake: socket.socket, read: socket.socket):
+        self._writing, self._wake, self._read = writing, wake, read
+        threading.Thread(target=self._watch, name="gluondist-sigterm", daemon=True).start()
+
+    @classmethod
+    def install(cls, writing) -> Optional["_FinishOnTerm"]:
+        """A guard for the write ``writing()`` returns (a thread, or None), or None where
+        SIGTERM is not left to its default here."""
+        if threading.current_thread() is not threading.main_thread() or \
+                signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return None
+        read, wake = socket.socketpair()
+        wake.setblocking(False)
+        old = signal.set_wakeup_fd(wake.fileno(), warn_on_full_buffer=False)
+        if old != -1:  # someone's own (an event loop's): theirs stays
+            signal.set_wakeup_fd(old)
+            read.close()
+            wake.close()
+            return None
+        signal.signal(signal.SIGTERM, _noted)
+        return cls(writing, wake, read)
+
+    def _watch(self) -> None:
+        while True:
+            try:
+                got = self._read.recv(64)
+            except OSError:
+                return
+            if not got:
+                return  # removed
+            if signal.SIGTERM in got:
+                thread = self._writing()
+                if thread is not None:
+                    thread.join()
+                os._exit(signal.SIGTERM + 128)
+
+    def remove(self) -> None:
+        """SIGTERM back to its default (from the main thread, which installed it)."""
+        if signal.getsignal(signal.SIGTERM) is _noted:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        old = signal.set_wakeup_fd(-1)
+        if old != self._wake.fileno():  # set by someone since: theirs stays
+            signal.set_wakeup_fd(old)
+        self._wake.close()  # the watching thread reads the end of the pair and returns
+
+
+def _noted(signum, frame) -> None:
+    """SIGTERM's Python handler while a :class:`_FinishOnTerm` watches: the watching thread
+    acts on it (this one runs only when the training thread next runs Python)."""
 
 
 def not_finite(names, epoch: int, epochs: int, batch: Optional[int] = None) -> str:

@@ -92,9 +92,12 @@ def test_a_crashed_job_resumes_from_its_checkpoint(launch, tmp_path):
 
 
 def test_max_restarts_resumes_from_the_last_complete_epoch(launch, tmp_path):
+    # Epoch 2's checkpoint write waits 1.5 s: worker 1's crash as epoch 3 begins tears the job
+    # down while worker 0 still writes it, which SIGTERM must let it finish.
     ckpt = tmp_path / "ckpt"
     job = launch("-n", 2, "-s", 1, "--max-restarts", 2, "--log-dir", tmp_path / "logs", SCRIPT,
-                 tmp_path, 4, 32, json.dumps({"ckpt": str(ckpt), "crash_in_epoch": 2}))
+                 tmp_path, 4, 32, json.dumps({"ckpt": str(ckpt), "crash_in_epoch": 2,
+                                              "slow_write": [1, 1.5]}))
     assert job.wait(timeout=300) == 0, job.err
     assert "worker 1 failed first: exit code 1" in job.err
     assert "RuntimeError: worker 1 crashes in epoch 2" in job.err

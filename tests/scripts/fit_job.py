@@ -15,7 +15,8 @@ worker 1 kills itself with SIGKILL after that batch, on a job's first attempt on
 net of tests/models.py, e.g. convbn, trained on its images instead of the MLP), digits (an MLP
 of 4 Dense layers on 640 of scikit-learn's digits), ctx (devices per worker), compression
 and sync_batchnorm (fit's), samples (the training samples of the net or the MLP instead of
-129). The tests import data(), net() and optimizer_params() to
+129), slow_write ([epoch, seconds]: the write of that epoch's checkpoint waits so long before
+it writes, on a job's first attempt only: a teardown then comes while it is in flight). The tests import data(), net() and optimizer_params() to
 train the same model in one process.
 """
 import json
@@ -145,9 +146,23 @@ class WaitForGrow(gluondist.Callback):
             time.sleep(0.05)
 
 
+def slow_write(epoch, seconds):
+    """The write of ``epoch``'s checkpoint waits ``seconds`` before it writes (a slow disk)."""
+    from gluondist import snapshot
+    write = snapshot.Snapshot.write
+
+    def slow(self, directory):
+        if self.epoch == epoch and self.batch is None:
+            time.sleep(seconds)
+        return write(self, directory)
+    snapshot.Snapshot.write = slow
+
+
 def main():
     out, epochs, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     opts = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
+    if "slow_write" in opts and os.environ.get("GLUONDIST_RESTART_COUNT", "0") == "0":
+        slow_write(*opts["slow_write"])
     train, val = regression_data() if opts.get("regression") else data(opts)
     extra = {"loss": mx.gluon.loss.L2Loss(), "metrics": ["mse", "mae"]} \
         if opts.get("regression") else {}
