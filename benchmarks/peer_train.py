@@ -193,6 +193,13 @@ def with_horovod_comm(model, epochs, stamps):
     return with_horovod(model, epochs, stamps, passes=False)
 
 
+def chosen_chunk_bytes():
+    """The chunk size this process's gluondist job chose for itself (None: none, or no
+    gluondist imported)."""
+    tuning = sys.modules.get("gluondist.kv.tuning")
+    return None if tuning is None else tuning.chosen()
+
+
 def main():
     from positional import positional
     args = positional(__doc__, 3, 5)
@@ -220,8 +227,8 @@ def main():
     train = modes[which]
     seconds = train(model, epochs, stamps)
     if seconds is not None:
-        with open(out, "w") as f:
-            json.dump({"epoch_seconds": seconds}, f)
+        with open(out, "w") as f:  # the chunk size a gluondist job chose (None: given, Horovod)
+            json.dump({"epoch_seconds": seconds, "chunk_bytes": chosen_chunk_bytes()}, f)
         stamps.save()
 
 

@@ -210,7 +210,8 @@ def own_way(arm: str) -> str:
 
 def job(cluster, tmp, python, arm, workers, epochs, stamps=None, env=None, mode=None,
         model="mlp"):
-    """The job's epoch times (worker 0's); ``env``: a variant's settings (gluondist only);
+    """The job's epoch times (worker 0's, ``epoch_seconds``) and the chunk size a gluondist
+    job chose (``chunk_bytes``, None where it was given); ``env``: a variant's settings (gluondist only);
     ``mode``: peer_train.py's way to train (default the arm's own)."""
     work = tempfile.mkdtemp(dir=tmp)
     mode = mode or own_way(arm)
@@ -220,7 +221,7 @@ def job(cluster, tmp, python, arm, workers, epochs, stamps=None, env=None, mode=
     else:
         out = gluondist_job(cluster, work, arm, workers, epochs, stamps, env, mode, model)
     with open(out) as f:
-        return json.load(f)["epoch_seconds"]
+        return json.load(f)
 
 
 class Sampler:
@@ -286,7 +287,8 @@ def timeline(cluster, tmp, python, arm, workers, epochs, bits, env=None, model="
     hosts = cluster.hosts[:workers] + (cluster.hosts[workers:2 * workers]
                                        if arm == "gluondist dedicated" else [])
     with Sampler(cluster, hosts, os.path.join(work, "links.json")) as sampler:
-        seconds = job(cluster, tmp, python, arm, workers, epochs, stamps, env, model=model)
+        seconds = job(cluster, tmp, python, arm, workers, epochs, stamps, env,
+                      model=model)["epoch_seconds"]
     links = sampler.read()
     with open(stamps) as f:
         steps = json.load(f)
@@ -432,10 +434,13 @@ def main():
                          f"(docs/measured.md says how to install it): {probe.stderr[-300:]}")
     runs = {(w, arm): [] for w in args.workers for arm in args.arms}
     lost = {key: [] for key in runs}  # [drops, retransmissions] per job
+    chose = {key: [] for key in runs}  # the chunk size each gluondist job chose
     result = {"command": shlex.join(["python", *sys.argv]), "rate": args.rate,
               "model": args.model, "arrays": len(sizes), "mbytes": sum(sizes) * 4 / 1e6,
               "epochs": args.epochs, "steps": model.steps, "env": common,
-              "chunk_bytes": int(common.get("GLUONDIST_CHUNK_BYTES", CHUNK_BYTES)),
+              # given by --env, else None: each job chose (the rows' chunks_chosen)
+              "chunk_bytes": int(common["GLUONDIST_CHUNK_BYTES"])
+              if "GLUONDIST_CHUNK_BYTES" in common else None,
               "load_1min": [os.getloadavg()[0]], "rows": [], "timelines": []}
     with tempfile.TemporaryDirectory() as tmp, \
             netns.Cluster(2 * most, os.path.join(tmp, "net"), rate=args.rate,
@@ -445,13 +450,16 @@ def main():
                 for arm in (args.arms if r % 2 == 0 else args.arms[::-1]):
                     arm_of, env = base(arm)
                     before = losses(cluster)
-                    seconds = job(cluster, tmp, args.horovod_python, arm_of, w, args.epochs,
-                                  env=env, mode=side(arm)[1], model=args.model)
+                    ran = job(cluster, tmp, args.horovod_python, arm_of, w, args.epochs,
+                              env=env, mode=side(arm)[1], model=args.model)
+                    seconds = ran["epoch_seconds"]
+                    chose[w, arm].append(ran.get("chunk_bytes"))
                     lost[w, arm].append([b - a for a, b in zip(before, losses(cluster))])
                     runs[w, arm].append(statistics.median(seconds[1:]))
                     print(f"round {r + 1}, W={w}, {arm}: {runs[w, arm][-1]:.2f} s an epoch "
                           f"({', '.join(f'{s:.2f}' for s in seconds)}); packets dropped, "
-                          f"segments sent again: {lost[w, arm][-1]}", flush=True)
+                          f"segments sent again: {lost[w, arm][-1]}; chunks chosen: "
+                          f"{chose[w, arm][-1]}", flush=True)
         for w in args.timeline:
             for arm in args.timeline_arms:
                 result["timelines"].append(
@@ -464,13 +472,15 @@ def main():
             horovod = statistics.median(runs[w, peer]) if runs.get((w, peer)) else None
             epoch = statistics.median(runs[w, arm])
             arm_of, env = base(arm)
-            chunk = int((env or {}).get("GLUONDIST_CHUNK_BYTES", CHUNK_BYTES))
+            chosen = [c for c in chose[w, arm] if c is not None]  # the job's own choice
+            chunk = int((env or {}).get("GLUONDIST_CHUNK_BYTES", statistics.median_low(chosen)
+                                        if chosen else CHUNK_BYTES))
             row = {"workers": w, "arm": arm, "env": env, "epoch_s": epoch,
                    "trains": side(arm)[1],
                    "ratio_against": peer,
                    "rounds": runs[w, arm], "bound_s": bound_s(arm_of, w, bits, chunk, sizes,
                                                                   model.steps),
-                   "dropped_resent": lost[w, arm],
+                   "dropped_resent": lost[w, arm], "chunks_chosen": chose[w, arm],
                    "horovod_speed_ratio":
                    None if horovod is None else horovod / epoch}
             row["over_bound"] = epoch / row["bound_s"]

@@ -106,6 +106,7 @@ class Node:
         self.compression: Optional[cmp.Compression] = None
         # keys pushed as they are, whatever the compression (synchronised BatchNorm's): set
         self.plain_pushes = False
+        self.chunk_bytes: Optional[int] = None  # the job's choice (gluondist.kv.tuning)
 
     def compress(self, kv, compression: Optional[cmp.Compression]) -> None:
         """Give the distributed kvstore ``kv`` the kvstore-wide compression a trainer asks for

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+from functools import partial
 from typing import List, Optional, Tuple
 
 import numpy as np
 
 from .. import _mx, devices, envvars as ev
 from .._mx import mx
-from . import compression as cmp
-from .chunks import (chunk_bounds, chunk_bytes_from_env, chunk_updates_from_env,
+from . import compression as cmp, tuning
+from .chunks import (CHUNK_BYTES, chunk_bounds, chunk_bytes_from_env, chunk_updates_from_env,
                      chunks_in_flight_from_env, fuse_bytes_from_env)
 from .exchange import Exchange
 from .kinds import Mode
@@ -42,11 +43,11 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     keys of its own. Every worker must make the same sequence of trainers (checked in
     ``dist_sync``).
 
-    In a dist_sync job each gradient of more than ``chunk_bytes`` (default
-    :data:`CHUNK_BYTES`, or ``GLUONDIST_CHUNK_BYTES``; 0: whole) travels in chunks of about that
-    size, on keys of their own, at most :data:`CHUNKS_IN_FLIGHT` per server in flight, each
-    updated as its sum comes back (:mod:`gluondist.kv.exchange`), and runs of smaller ones
-    fused on one key up to that size (or ``GLUONDIST_FUSE_BYTES``; :mod:`gluondist.kv.fusion`).
+    In a dist_sync job each gradient of more than ``chunk_bytes`` (0: whole; default
+    ``GLUONDIST_CHUNK_BYTES``, else the job's choice, :mod:`gluondist.kv.tuning`) travels in
+    chunks of about that size, on keys of their own, at most :data:`CHUNKS_IN_FLIGHT` per
+    server in flight, each updated as its sum comes back (:mod:`gluondist.kv.exchange`), and
+    runs of smaller ones fused on one key up to that size (or ``GLUONDIST_FUSE_BYTES``).
 
     ``params``: a ParameterDict, a list of Parameters, or a
     :class:`~gluondist.pipeline.Pipeline` (whose parameters each live on their stage's device).
@@ -72,7 +73,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     updates = trainer.exchange.updates
     if mode is not None and mode.distributed:
         trainer.exchange = _distributed(
-            kv, params, updates, mode.updates_on_servers, chunk_bytes, in_flight, compression,
+            kv, mode, params, updates, chunk_bytes, in_flight, compression,
             None if batch_size is None else _mx.grad_scale(trainer) / batch_size)
     elif kv is not None:
         _check_sendable(params, dense_only=True, sparse="")
@@ -233,24 +234,33 @@ def _check_sendable(params, dense_only: bool = False, sparse: str = "") -> None:
                 "of the trainer's parameters")
 
 
-def _chunking(chunk_bytes: Optional[int]) -> Tuple[int, int]:
-    """``chunk_bytes`` (None: GLUONDIST_CHUNK_BYTES's) and the chunks in flight per server, from
-    the environment, whose chunk settings are refused here in one line in any process (with or
-    without a kvstore), GLUONDIST_CHUNK_UPDATES too."""
-    if chunk_bytes is None:
+def _chunking(chunk_bytes: Optional[int]) -> Tuple[Optional[int], int]:
+    """``chunk_bytes`` (None: GLUONDIST_CHUNK_BYTES's, if set) and the chunks in flight per
+    server, from the environment, whose chunk settings are refused here in one line in any
+    process, GLUONDIST_CHUNK_UPDATES too."""
+    if chunk_bytes is None and ev.GLUONDIST_CHUNK_BYTES in os.environ:
         chunk_bytes = chunk_bytes_from_env()
-    fuse_bytes_from_env(chunk_bytes)
+    fuse_bytes_from_env(CHUNK_BYTES if chunk_bytes is None else chunk_bytes)
     in_flight = chunks_in_flight_from_env()
     chunk_updates_from_env()
     return chunk_bytes, in_flight
 
 
-def _distributed(kv, params, updates: Updates, servers_update: bool, chunk_bytes: int,
+def _distributed(kv, mode: Mode, params, updates: Updates, chunk_bytes: Optional[int],
                  in_flight: int, compression: Optional[cmp.Compression],
                  async_scale: Optional[float]) -> Exchange:
-    """The exchange of a job's trainer, joined: keys of its own, in chunks; worker 0's
-    parameters everywhere, (dist_async) the optimizer on the servers, every worker past a
-    barrier."""
+    """The exchange of a job's trainer, joined: keys of its own, in chunks (None: the job's
+    chosen size, gluondist.kv.tuning); worker 0's parameters everywhere, (dist_async) the
+    optimizer on the servers, every worker past a barrier."""
+    servers_update = mode.updates_on_servers
+    pending = [p.name for p in params if _mx.deferred(p)]
+    if pending:
+        raise ValueError(
+            f"parameters {', '.join(pending[:3])} have unknown shapes; run one forward pass "
+            "(or give in_units) before make_trainer so worker 0 can broadcast them")
+    if chunk_bytes is None:
+        chunk_bytes = tuning.chunk_bytes(mode, params, compression,
+                                         partial(make_trainer, kvstore=kv))
     _check_sendable(params, sparse="under dist_async" if servers_update else
                     "with compression" if compression is not None else "")
     # dist_async's servers run the optimizer, which needs each parameter whole (its state,
@@ -264,11 +274,6 @@ def _distributed(kv, params, updates: Updates, servers_update: bool, chunk_bytes
     offset = NODE.reserve_keys(kv, count * wire.key_factor, not servers_update,
                                compression.code if compression is not None else 0.0, fuse_bytes)
     NODE.compress(kv, compression)  # kvstore-wide (2bit): before this trainer's keys are made
-    pending = [p.name for p in params if _mx.deferred(p)]
-    if pending:
-        raise ValueError(
-            f"parameters {', '.join(pending[:3])} have unknown shapes; run one forward pass "
-            "(or give in_units) before make_trainer so worker 0 can broadcast them")
     if servers_update:
         if async_scale is None:
             raise ValueError("dist_async needs make_trainer(..., batch_size=LOCAL_BATCH): "
@@ -281,8 +286,7 @@ def _distributed(kv, params, updates: Updates, servers_update: bool, chunk_bytes
     servers = int(os.environ.get(ev.DMLC_NUM_SERVER, "1"))
     staging = Staging(in_flight * servers,
                       max((b - a for c in chunks if len(c) > 1 for a, b in c), default=0))
-    # small whole gradients fused, by default up to a chunk's size, the buckets spread over
-    # the servers
+    # small whole gradients fused (by default up to a chunk's size), spread over the servers
     exchange = Exchange(params, updates, kv, servers_update, offset, chunks, staging, wire,
                         fuse_bytes=fuse_bytes, servers=servers)
     if chunk_updates_from_env():

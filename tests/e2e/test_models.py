@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import models
+from gluondist.kv import tuning
 from conftest import SCRIPTS, Job, array_rel, assert_arrays_close, reap
 
 SCRIPT = str(SCRIPTS / "models_job.py")
@@ -54,6 +55,7 @@ def trained(tmp_path_factory):
         assert job.leftovers() == []
     finally:
         reap([job])
+    chose = [line.split("] ", 1)[1] for line in job.out.splitlines() if "chose chunks" in line]
     one = [s for s in SPECS if s[0] not in models.BATCHNORM or s == ("resnet18_v1", "fit")]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for where, ctx, which in (("one", 1, one), ("two", WORKERS, SPECS)):
@@ -67,6 +69,7 @@ def trained(tmp_path_factory):
     found["devices"] = {m: [dict(np.load(paths["two"] / f"{m}.loop.0{f'.cpu{d}' if d else ''}"
                                                         ".npz")) for d in range(WORKERS)]
                         for m in LOOP if m in models.BATCHNORM}
+    found["chose"] = chose
     return found
 
 
@@ -86,6 +89,9 @@ def test_every_net_trains_as_one_process(trained):
         except AssertionError as exc:
             failed.append(f"{model} through {how}: {exc}")
     assert not failed, "\n".join(failed)
+    # with no chunk size given the job chose one, by measuring, and every worker the same
+    assert trained["chose"] in ([f"chose chunks of {c} bytes"] * WORKERS
+                                for c in tuning.CANDIDATES), trained["chose"]
     # BatchNorm normalises each worker's slice: a BatchNorm net's job is far from one process
     # that normalises the whole global batch at once
     got, one = trained["job"]["resnet18_v1", "fit"][0], trained["one"]["resnet18_v1", "fit"][0]

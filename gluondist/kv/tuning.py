@@ -1,0 +1,107 @@
+"""The chunk size a dist_sync job chooses for itself, once, by measuring its own links: what
+:func:`~gluondist.kvstore.make_trainer` uses when neither its ``chunk_bytes`` nor
+``GLUONDIST_CHUNK_BYTES`` gives one.
+
+No size suits every network. On one host, and on links fast enough that no queue fills,
+512 KiB costs the fewest messages; 64 KiB took 2.0 to 2.8 times as long there. On 200 Mbit/s
+links whose queues hold about 1.5 MB, 512 KiB chunks in flight overfilled them (packets
+dropped and resent) and 64 KiB was faster by 13-17% (see chunks.py). So the first trainer of
+a process that has a gradient to cut measures: a probe array of up to :data:`PROBE_BYTES`
+summed over the job through a trainer of each of :data:`CANDIDATES`, as the exchange sends a
+gradient, :data:`ROUNDS` times each in alternating order after one unmeasured pass. Each
+measurement is the slowest worker's, and every worker gets the same table (an allgather), so
+every worker picks the same size: the largest within :data:`WITHIN` of the fastest, as larger
+chunks cost the workers and servers less. MXNet cannot delete keys: the probe's stay on the
+servers (its bytes once per candidate). Later trainers of the process reuse the choice.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from .. import _mx
+from .._mx import mx
+from .chunks import CHUNK_BYTES
+from .node import NODE
+
+log = logging.getLogger(__name__)
+
+CANDIDATES = (1 << 19, 1 << 18, 1 << 17, 1 << 16)  # 512, 256, 128 and 64 KiB
+PROBE_BYTES = 8 << 20  # at least a few chunks in flight to every server at 512 KiB
+ROUNDS = 2
+WITHIN = 1.05
+
+
+def probe_bytes(params: Sequence) -> int:
+    """The probe's float32 bytes for ``params``: what of their dense gradients the smallest
+    candidate would cut, up to PROBE_BYTES (0: nothing would be cut, nothing to choose)."""
+    cut = 0
+    for p in params:
+        if p.grad_req == "null" or _mx.storage(p) != ("default", "default"):
+            continue
+        nbytes = int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize
+        if nbytes > CANDIDATES[-1]:
+            cut += nbytes
+    return min(cut, PROBE_BYTES)
+
+
+def chunk_bytes(mode, params: Sequence, compression, make) -> int:
+    """The chunk size of a trainer of ``params`` given none, on a kvstore of ``mode`` (None:
+    none). In a dist_sync job: the one chosen before in this process, else measured now (every
+    worker calls this with the same parameters) when ``params`` have a gradient to cut.
+    ``make(params, chunk_bytes=c)`` makes an SGD trainer of the probe's parameter with chunks
+    of ``c``. Otherwise, and under MXNet's kvstore-wide 2-bit compression (set, or to be set by
+    ``compression``), which the probe's float32 trainers would not match: CHUNK_BYTES."""
+    wide = NODE.compression is not None or (compression is not None and compression.kvstore_wide)
+    if mode is None or not mode.distributed or mode.updates_on_servers or wide:
+        return CHUNK_BYTES
+    if NODE.chunk_bytes is not None:
+        return NODE.chunk_bytes
+    nbytes = probe_bytes(params)
+    if nbytes == 0:
+        return CHUNK_BYTES
+    seconds = measure(nbytes, make)
+    NODE.chunk_bytes = choose(seconds)
+    rows = ", ".join(f"{c >> 10} KiB {s * 1e3:.1f} ms" for c, s in zip(CANDIDATES, seconds))
+    said = log.info if NODE.chunk_bytes != CHUNK_BYTES and NODE.rank() == 0 else log.debug
+    said("gluondist: chunks of %d KiB, the fastest on this job's links (a probe of %.1f MB: %s); "
+         "GLUONDIST_CHUNK_BYTES overrides", NODE.chunk_bytes >> 10, nbytes / 1e6, rows)
+    return NODE.chunk_bytes
+
+
+def measure(nbytes: int, make) -> List[float]:
+    """Each candidate's time for one sum of ``nbytes`` over the job: the best of ROUNDS, each
+    the slowest worker's."""
+    trainers, params = [], []
+    for c in CANDIDATES:
+        param = mx.gluon.Parameter(f"gluondist_probe_{c}", shape=(nbytes // 4,))
+        param.initialize(mx.init.Zero(), ctx=mx.cpu())
+        trainers.append(make([param], chunk_bytes=c))
+        param.grad()[:] = 1
+        params.append(param)
+    table = np.zeros((ROUNDS + 1, len(CANDIDATES)))
+    for r in range(ROUNDS + 1):  # the first pass is not counted
+        order = range(len(CANDIDATES)) if r % 2 else reversed(range(len(CANDIDATES)))
+        for i in order:
+            start = time.perf_counter()
+            trainers[i].allreduce_grads()
+            mx.nd.waitall()
+            table[r, i] = time.perf_counter() - start
+    slowest = NODE.allgather(table[1:].ravel()).max(axis=0).reshape(ROUNDS, len(CANDIDATES))
+    return [float(s) for s in slowest.min(axis=0)]
+
+
+def choose(seconds: Sequence[float], candidates: Sequence[int] = CANDIDATES,
+           within: float = WITHIN) -> int:
+    """The largest of ``candidates`` (largest first) whose time is within ``within`` of the
+    fastest."""
+    best = min(seconds)
+    return next(c for c, s in zip(candidates, seconds) if s <= best * within)
+
+
+def chosen() -> Optional[int]:
+    """The chunk size this process's job chose (None: none chosen, or not measured yet)."""
+    return NODE.chunk_bytes

@@ -1,0 +1,48 @@
+"""The chunk size a job chooses (gluondist.kv.tuning): the rule, what is probed, and that
+nothing is probed outside a synchronous job. The probe itself runs in real jobs:
+e2e/test_models.py (every worker chooses the same), benchmarks/peers.py (what it chooses on
+shaped links)."""
+import mxnet as mx
+import pytest
+
+from gluondist import kvstore
+from gluondist.kv import kinds, tuning
+from gluondist.kv.node import NODE
+
+KIB = 1024
+
+
+@pytest.mark.parametrize("seconds,chosen", [
+    ([0.020, 0.024, 0.031, 0.045], 512 * KIB),  # one host: the fewest messages
+    ([0.51, 0.47, 0.44, 0.43], 128 * KIB),  # a full queue: 128 KiB within 5% of 64 KiB's
+    ([0.50, 0.49, 0.48, 0.40], 64 * KIB),
+    ([0.42, 0.41, 0.40, 0.40], 512 * KIB),  # a tie within 5%: the largest
+])
+def test_the_largest_chunk_within_5_percent_of_the_fastest_is_chosen(seconds, chosen):
+    assert tuning.choose(seconds) == chosen
+
+
+def param(name, shape, grad_req="write", stype="default"):
+    p = mx.gluon.Parameter(name, shape=shape, grad_req=grad_req, grad_stype=stype)
+    p.initialize(ctx=mx.cpu())
+    return p
+
+
+def test_the_probe_is_what_the_smallest_chunk_would_cut_up_to_8_mib():
+    small = [param("bias", (100,)), param("w", (64, 256))]  # 64 KiB exactly: not cut
+    assert tuning.probe_bytes(small) == 0
+    big = param("big", (1000, 300))  # 1.2 MB
+    assert tuning.probe_bytes(small + [big]) == 1_200_000
+    assert tuning.probe_bytes([param("frozen", (1000, 300), grad_req="null")]) == 0
+    assert tuning.probe_bytes([param("rows", (1000, 300), stype="row_sparse")]) == 0
+    assert tuning.probe_bytes([param(f"huge{i}", (1000, 1000)) for i in range(3)]) == 8 << 20
+
+
+@pytest.mark.parametrize("kind", [None, "local", "device"])
+def test_outside_a_job_nothing_is_probed_and_the_default_stands(kind):
+    big = param("big", (1000, 300))
+    trainer = kvstore.make_trainer([big], "sgd", kvstore=kind)
+    assert NODE.chunk_bytes is None and tuning.chosen() is None
+    assert tuning.chunk_bytes(None if kind is None else kinds.Mode(kind), [big], None,
+                              make=None) == kvstore.CHUNK_BYTES
+    assert trainer.exchange.chunks == [[(0, 0)]]  # whole: no kvstore cuts in one process
