@@ -240,8 +240,9 @@ def _check_bench_arrays(mbytes: float, keys: int, chunk_sizes, unchunked: bool,
               help="Bytes per kvstore chunk of a big array, as fit sends them (0: whole); "
                    "several, comma-separated, to measure each: a row each, and advice (the "
                    "first unless another makes over 1.10x its steps per second) [default: "
-                   "what fit would use: GLUONDIST_CHUNK_BYTES from --env or the environment, "
-                   "else gluondist.kvstore.CHUNK_BYTES].")
+                   "GLUONDIST_CHUNK_BYTES from --env or the environment, else "
+                   "gluondist.kvstore.CHUNK_BYTES; fit given neither chooses among "
+                   "524288,262144,131072,65536 by measuring: give those to see why].")
 @click.option("--unchunked", is_flag=True,
               help="Also measure each row with every array sent whole.")
 @click.option("--compression", "compressions", callback=_compressions, default="none",
@@ -262,7 +263,7 @@ def bench_kvstore(num_workers, servers, mbytes, keys, steps, as_json, plot_path,
         _check_plot_path(plot_path)
     options = options_of(("bench",), {**values, "num_workers": num_workers,
                                         "num_servers": servers[0]})
-    if chunk_sizes is None:  # the size fit would use in these jobs
+    if chunk_sizes is None:  # the size given to fit's jobs, else the default
         from .kv.chunks import chunk_bytes_from_env
         try:
             chunk_sizes = [chunk_bytes_from_env({**os.environ, **options.env})]

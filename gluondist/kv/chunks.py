@@ -17,23 +17,21 @@ DEFAULT_BIGARRAY_BOUND = 1000 * 1000  # MXNET_KVSTORE_BIGARRAY_BOUND's default (
 # crash, "ps_key < krs[server].end()"): the keys of trainers stay below it.
 MAX_KEY = (2 ** 31 - 1) // SERVER_HASH
 
-# 512 KiB. Two costs pull a chunk's size apart. A chunk's pull can start only once every
-# worker's push of it has arrived, and a worker's chunks in flight (CHUNKS_IN_FLIGHT per
-# server) must fit in the links' queues: on slow links smaller chunks win. On 200 Mbit/s
-# namespace hosts whose queues hold about 1.5 MB, 512 KiB (2 and 3 MiB in flight over a
-# worker's link at 3 and 4 workers with a server on each host) filled them until they
-# dropped packets, and every chunk waited behind them; 64 KiB dropped none and took 0.87 and
-# 0.83 of 512 KiB's time in the same run (benchmarks/peers.py, benchmarks/results/peers.json).
-# But each chunk is also a message for a server and a few Python calls, about 0.3 ms here:
-# where no link limits the step, on one host, 64 KiB took 2.0 to 2.8 times as long as 512 KiB
-# (benchmarks/chunk_size.py, benchmarks/results/chunk_size.json), and at that cost 64 KiB
-# chunks move at most about 200 MB/s, less than a 10 Gbit/s link. So the default suits fast
-# links and one host; links whose queues hold less than a worker's 512 KiB chunks in flight
-# (measured: 200 Mbit/s) want GLUONDIST_CHUNK_BYTES=65536, which ``gluondist bench kvstore
-# --chunk-bytes 524288,65536`` measures and advises on the job's own hosts. Each
-# chunk is below MXNet's big-array bound, so it goes whole to one server, and consecutive
-# keys alternate between servers ((key * SERVER_HASH) % servers). A model of small layers
-# sends as before.
+# 512 KiB: the size of a trainer outside a job, and the largest a job chooses. Two costs pull a
+# chunk's size apart. A chunk's pull can start only once every worker's push of it has
+# arrived, and a worker's chunks in flight (CHUNKS_IN_FLIGHT per server) must fit in the
+# links' queues: on slow links smaller chunks win. On 200 Mbit/s namespace hosts whose queues
+# hold about 1.5 MB, 512 KiB (2 and 3 MiB in flight over a worker's link at 3 and 4 workers
+# with a server on each host) filled them until they dropped packets, and every chunk waited
+# behind them; 64 KiB dropped none and took 0.87 and 0.83 of 512 KiB's time in the same run
+# (benchmarks/peers.py, benchmarks/results/peers.json). But each chunk is also a message for a
+# server and a few Python calls, about 0.3 ms here: where no link limits the step, on one
+# host, 64 KiB took 2.0 to 2.8 times as long as 512 KiB (benchmarks/chunk_size.py,
+# benchmarks/results/chunk_size.json). So a dist_sync job given no size measures which suits
+# its links (gluondist.kv.tuning); GLUONDIST_CHUNK_BYTES or make_trainer's chunk_bytes sets
+# one. Each chunk is below MXNet's big-array bound, so it goes whole to one server, and
+# consecutive keys alternate between servers ((key * SERVER_HASH) % servers). A model of small
+# layers sends as before.
 CHUNK_BYTES = 1 << 19
 
 

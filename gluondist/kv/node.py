@@ -107,6 +107,7 @@ class Node:
         # keys pushed as they are, whatever the compression (synchronised BatchNorm's): set
         self.plain_pushes = False
         self.chunk_bytes: Optional[int] = None  # the job's choice (gluondist.kv.tuning)
+        self.chunk_probe: Optional[dict] = None  # and what it measured
 
     def compress(self, kv, compression: Optional[cmp.Compression]) -> None:
         """Give the distributed kvstore ``kv`` the kvstore-wide compression a trainer asks for
