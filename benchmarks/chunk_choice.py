@@ -15,6 +15,7 @@ trainer took to make (the probe's cost) and the median step; over the repeats, t
 import argparse
 import contextlib
 import json
+import pathlib
 import statistics
 import subprocess
 import sys
@@ -113,9 +114,7 @@ def report(runs: dict, args) -> None:
           f"job's; make_trainer {result['make_s']['default']:.2f} s against "
           f"{result['make_s']['512 KiB']:.2f} s", flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+        pathlib.Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":
