@@ -127,22 +127,29 @@ class Writer:
     larger ``checkpoint_every`` does not avoid); a write that failed is raised by the next
     :meth:`raise_failed`, :meth:`submit` or :meth:`drain`, never lost. The thread is not a
     daemon: a process that ends normally finishes its last write first, and one told to end
-    by SIGTERM does too (:class:`_FinishOnTerm`, until :meth:`drain`)."""
+    by SIGTERM does too (:class:`_FinishOnTerm`, until :meth:`drain`). Waits are on an event
+    the write sets, not ``Thread.join``: Python 3.11 marks a thread ended when Ctrl-C (or any
+    signal handler's exception) interrupts a join, and would then neither wait for it again
+    nor at exit."""
 
     def __init__(self, directory):
         self.directory = directory
         self._guard: Optional[_FinishOnTerm] = None
-        self._thread: Optional[threading.Thread] = None
+        self._done: Optional[threading.Event] = None  # set when the write in flight ends
         self._error: Optional[BaseException] = None
         self._said = False
         self._step_in_flight = False  # the write in flight is a step checkpoint's
         self._written: Optional[Snapshot] = None  # the last snapshot written, for its arrays
 
+    def writing(self) -> Optional[threading.Event]:
+        """The event of the write in flight, or of the last one (None: none yet)."""
+        return self._done
+
     def submit(self, epoch: int, batch: Optional[int], take) -> None:
         """Write ``take(spare)``, the Snapshot of ``epoch`` (and ``batch``), once the write
         before it is complete; ``spare`` is that one's snapshot, whose arrays ``take`` may
         copy into (see :meth:`Snapshot.take`)."""
-        if self._thread is not None and self._thread.is_alive():
+        if self._done is not None and not self._done.is_set():
             step = batch is not None
             if not self._said and step == self._step_in_flight:  # not across an epoch's end
                 self._said = True
@@ -151,23 +158,25 @@ class Writer:
                             "writes take longer than the steps between checkpoints: raise "
                             "checkpoint_every" if step else
                             "writes take longer than an epoch: fit waits for each")
-            self._thread.join()
+            self._done.wait()
         self.raise_failed()
         snapshot = take(self._written)
         self._written = None  # its arrays are the new snapshot's now
         self._step_in_flight = batch is not None
-        self._thread = threading.Thread(target=self._write, args=(snapshot,),
-                                        name="gluondist-checkpoint")
-        self._thread.start()
+        done = self._done = threading.Event()
+        threading.Thread(target=self._write, args=(snapshot, done),
+                         name="gluondist-checkpoint").start()
         if self._guard is None:
-            self._guard = _FinishOnTerm.install(lambda: self._thread)
+            self._guard = _FinishOnTerm.install(self.writing)
 
-    def _write(self, snapshot: Snapshot) -> None:
+    def _write(self, snapshot: Snapshot, done: threading.Event) -> None:
         try:
             snapshot.write(self.directory)
             self._written = snapshot
         except BaseException as exc:  # raised in the training thread (raise_failed)
             self._error = exc
+        finally:
+            done.set()
 
     def raise_failed(self) -> None:
         """Raise the error of a write that failed (once)."""
@@ -177,9 +186,8 @@ class Writer:
 
     def drain(self) -> None:
         """Wait for the write in flight; raise its error if it failed."""
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        if self._done is not None:
+            self._done.wait()
         if self._guard is not None:
             self._guard.remove()
             self._guard = None
@@ -192,10 +200,11 @@ class _FinishOnTerm:
     after an epoch's end: the default action would drop that epoch's checkpoint halfway, and
     the restart would redo the epoch. The training thread may be blocked inside MXNet then
     (waiting for the failed worker), where Python runs no handler, so a thread of its own reads
-    the signal from Python's wakeup fd, waits for the write and exits with 128+SIGTERM. The
-    launcher's SIGKILL, STOP_GRACE after its SIGTERM, still bounds the wait. Installed only
-    from the main thread while SIGTERM is at its default and no wakeup fd is set: a script's
-    own handling (asyncio's included) is left as it is."""
+    the signal from Python's wakeup fd, waits for the write and exits with 128+SIGTERM; the
+    handler, run by the training thread when it next runs Python, waits likewise, so no code
+    after the signal runs. The launcher's SIGKILL, STOP_GRACE after its SIGTERM, still bounds
+    the wait. Installed only from the main thread while SIGTERM is at its default and no wakeup
+    fd is set: a script's own handling (asyncio's included) is left as it is."""
 
     def __init__(self, writing, wake: socket.socket, read: socket.socket):
         self._writing, self._wake, self._read = writing, wake, read
@@ -203,7 +212,7 @@ class _FinishOnTerm:
 
     @classmethod
     def install(cls, writing) -> Optional["_FinishOnTerm"]:
-        """A guard for the write ``writing()`` returns (a thread, or None), or None where
+        """A guard for the write whose event ``writing()`` returns (None: none), or None where
         SIGTERM is not left to its default here."""
         if threading.current_thread() is not threading.main_thread() or \
                 signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
@@ -216,8 +225,16 @@ class _FinishOnTerm:
             read.close()
             wake.close()
             return None
-        signal.signal(signal.SIGTERM, _noted)
-        return cls(writing, wake, read)
+        guard = cls(writing, wake, read)
+        signal.signal(signal.SIGTERM, guard.end)
+        return guard
+
+    def end(self, *_) -> None:
+        """Wait for the write in flight, then exit as SIGTERM would have (128+SIGTERM)."""
+        done = self._writing()
+        if done is not None:
+            done.wait()
+        os._exit(128 + signal.SIGTERM)
 
     def _watch(self) -> None:
         while True:
@@ -228,24 +245,16 @@ class _FinishOnTerm:
             if not got:
                 return  # removed
             if signal.SIGTERM in got:
-                thread = self._writing()
-                if thread is not None:
-                    thread.join()
-                os._exit(signal.SIGTERM + 128)
+                self.end()
 
     def remove(self) -> None:
         """SIGTERM back to its default (from the main thread, which installed it)."""
-        if signal.getsignal(signal.SIGTERM) is _noted:
+        if signal.getsignal(signal.SIGTERM) == self.end:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         old = signal.set_wakeup_fd(-1)
         if old != self._wake.fileno():  # set by someone since: theirs stays
             signal.set_wakeup_fd(old)
         self._wake.close()  # the watching thread reads the end of the pair and returns
-
-
-def _noted(signum, frame) -> None:
-    """SIGTERM's Python handler while a :class:`_FinishOnTerm` watches: the watching thread
-    acts on it (this one runs only when the training thread next runs Python)."""
 
 
 def not_finite(names, epoch: int, epochs: int, batch: Optional[int] = None) -> str:

@@ -258,11 +258,11 @@ def _distributed(kv, mode: Mode, params, updates: Updates, chunk_bytes: Optional
         raise ValueError(
             f"parameters {', '.join(pending[:3])} have unknown shapes; run one forward pass "
             "(or give in_units) before make_trainer so worker 0 can broadcast them")
-    if chunk_bytes is None:
-        chunk_bytes = tuning.chunk_bytes(mode, params, compression,
-                                         partial(make_trainer, kvstore=kv))
     _check_sendable(params, sparse="under dist_async" if servers_update else
                     "with compression" if compression is not None else "")
+    if chunk_bytes is None:
+        chunk_bytes = tuning.chunk_bytes(kv, params, compression,
+                                         partial(make_trainer, kvstore=kv))
     # dist_async's servers run the optimizer, which needs each parameter whole (its state,
     # lr_mult by name, LARS' and LAMB's norms): only updates on the workers are chunked
     chunks = [parameter_chunks(p, 0 if servers_update else chunk_bytes) for p in params]

@@ -12,7 +12,9 @@ gradient, :data:`ROUNDS` times each in alternating order after one unmeasured pa
 measurement is the slowest worker's, and every worker gets the same table (an allgather), so
 every worker picks the same size: the largest within :data:`WITHIN` of the fastest, as larger
 chunks cost the workers and servers less. MXNet cannot delete keys: the probe's stay on the
-servers (its bytes once per candidate). Later trainers of the process reuse the choice.
+servers (its bytes once per candidate). Later trainers of the process reuse the choice, unless
+they would cut more than the probe held: a choice measured on a small model's few chunks is
+noise for a bigger one, which measures again.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import numpy as np
 from .. import _mx
 from .._mx import mx
 from .chunks import CHUNK_BYTES
+from .kinds import Mode
 from .node import NODE
 
 log = logging.getLogger(__name__)
@@ -51,21 +54,27 @@ def probe_bytes(params: Sequence) -> int:
     return min(cut, PROBE_BYTES)
 
 
-def chunk_bytes(mode, params: Sequence, compression, make) -> int:
-    """The chunk size of a trainer of ``params`` given none, on a kvstore of ``mode`` (None:
-    none). In a dist_sync job: the one chosen before in this process, else measured now (every
-    worker calls this with the same parameters) when ``params`` have a gradient to cut.
-    ``make(params, chunk_bytes=c)`` makes an SGD trainer of the probe's parameter with chunks
-    of ``c``. Otherwise, and under MXNet's kvstore-wide 2-bit compression (set, or to be set by
-    ``compression``), which the probe's float32 trainers would not match: CHUNK_BYTES."""
+def chunk_bytes(kv, params: Sequence, compression, make) -> int:
+    """The chunk size of a trainer of ``params`` on ``kv`` given none. In a synchronous job on
+    the kvstore gluondist made (:func:`gluondist.kvstore.create`, which fit and make_trainer
+    use): measured now when ``params`` have a gradient to cut (every worker calls this with
+    the same parameters), unless a choice of this process was measured with at least as many
+    bytes as they would cut, which is reused. ``make(params, chunk_bytes=c)`` makes an SGD
+    trainer of the probe's parameter with chunks of ``c``. Otherwise CHUNK_BYTES: outside a
+    job, under dist_async, under MXNet's kvstore-wide 2-bit compression (set, or to be set by
+    ``compression``), which the probe's float32 trainers would not match, and on a kvstore made
+    by ``mx.kv.create`` (gluondist's sums, which make every worker choose alike, run on its
+    own)."""
+    mode = Mode.of(kv)
     wide = NODE.compression is not None or (compression is not None and compression.kvstore_wide)
-    if mode is None or not mode.distributed or mode.updates_on_servers or wide:
+    if mode is None or not mode.distributed or mode.updates_on_servers or wide or \
+            kv is not NODE.kv:
         return CHUNK_BYTES
-    if NODE.chunk_bytes is not None:
-        return NODE.chunk_bytes
     nbytes = probe_bytes(params)
     if nbytes == 0:
         return CHUNK_BYTES
+    if NODE.chunk_probe is not None and NODE.chunk_probe["bytes"] >= nbytes:
+        return NODE.chunk_bytes
     seconds = measure(nbytes, make)
     NODE.chunk_bytes = choose(seconds)
     NODE.chunk_probe = {"bytes": nbytes, "seconds": dict(zip(CANDIDATES, seconds))}
@@ -107,7 +116,8 @@ def choose(seconds: Sequence[float], candidates: Sequence[int] = CANDIDATES,
 
 
 def chosen() -> Optional[int]:
-    """The chunk size this process's job chose (None: none chosen, or not measured yet)."""
+    """The chunk size this process's job chose last (None: none chosen, or not measured
+    yet)."""
     return NODE.chunk_bytes
 
 

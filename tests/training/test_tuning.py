@@ -6,7 +6,7 @@ import mxnet as mx
 import pytest
 
 from gluondist import kvstore
-from gluondist.kv import kinds, tuning
+from gluondist.kv import tuning
 from gluondist.kv.node import NODE
 
 KIB = 1024
@@ -43,6 +43,36 @@ def test_outside_a_job_nothing_is_probed_and_the_default_stands(kind):
     big = param("big", (1000, 300))
     trainer = kvstore.make_trainer([big], "sgd", kvstore=kind)
     assert NODE.chunk_bytes is None and tuning.chosen() is None
-    assert tuning.chunk_bytes(None if kind is None else kinds.Mode(kind), [big], None,
-                              make=None) == kvstore.CHUNK_BYTES
+    assert tuning.chunk_bytes(trainer.exchange.kv, [big], None, make=None) == \
+        kvstore.CHUNK_BYTES
     assert trainer.exchange.chunks == [[(0, 0)]]  # whole: no kvstore cuts in one process
+
+
+class DistKV:
+    type, rank = "dist_sync", 0
+
+
+class Probed(Exception):
+    pass
+
+
+def probe(params, chunk_bytes):
+    raise Probed(chunk_bytes)
+
+
+def test_a_choice_is_reused_unless_a_trainer_would_cut_more_than_its_probe(monkeypatch):
+    kv = DistKV()
+    monkeypatch.setattr(NODE, "kv", kv)
+    monkeypatch.setattr(NODE, "chunk_bytes", 64 * KIB)
+    monkeypatch.setattr(NODE, "chunk_probe", {"bytes": 1_200_000, "seconds": {}})
+    assert tuning.chunk_bytes(kv, [param("big", (1000, 300))], None, probe) == 64 * KIB
+    with pytest.raises(Probed):  # 1.6 MB to cut: the 1.2 MB probe's choice is not reused
+        tuning.chunk_bytes(kv, [param("bigger", (1000, 400))], None, probe)
+
+
+def test_a_kvstore_made_by_mxnet_itself_is_not_probed(monkeypatch):
+    """gluondist's sums, which give every worker the same table, run on its own kvstore: on
+    another one each worker would choose from its own measurements alone."""
+    monkeypatch.setattr(NODE, "kv", None)
+    assert tuning.chunk_bytes(DistKV(), [param("big", (1000, 300))], None, probe) == \
+        kvstore.CHUNK_BYTES
