@@ -163,9 +163,12 @@ class Writer:
         snapshot = take(self._written)
         self._written = None  # its arrays are the new snapshot's now
         self._step_in_flight = batch is not None
-        done = self._done = threading.Event()
+        # the event is the write's once its thread runs: a signal before that finds the last
+        # one's (set), never one that no thread will set
+        done = threading.Event()
         threading.Thread(target=self._write, args=(snapshot, done),
                          name="gluondist-checkpoint").start()
+        self._done = done
         if self._guard is None:
             self._guard = _FinishOnTerm.install(self.writing)
 

@@ -1,4 +1,4 @@
-"""The chunk size a dist_sync job chooses for itself, once, by measuring its own links: what
+"""The chunk size a dist_sync job chooses for itself by measuring its own links: what
 :func:`~gluondist.kvstore.make_trainer` uses when neither its ``chunk_bytes`` nor
 ``GLUONDIST_CHUNK_BYTES`` gives one.
 

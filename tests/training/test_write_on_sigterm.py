@@ -11,6 +11,7 @@ import pytest
 # under way: ``sleep`` (as a worker blocked on a failed peer), ``drain`` (as fit's end), or
 # ``drained`` (drain first: the write is over before the signal). ``loop`` sets an event
 # loop's wakeup fd first, as asyncio does; ``own`` installs a SIGTERM handler that exits 7.
+# ``racing`` (``racing-int``): SIGTERM (SIGINT) comes while a second write's thread starts.
 SCRIPT = """
 import asyncio, pathlib, signal, sys, time
 from gluondist.snapshot import Writer
@@ -26,7 +27,26 @@ class Slow:
         time.sleep(1.0)
         (pathlib.Path(directory) / "written").write_text("whole")
 
+class Fast:
+    def write(self, directory):
+        pass
+
 writer = Writer(sys.argv[1])
+if then.startswith("racing"):  # the signal comes as the second write's thread is started
+    import os, threading
+    writer.submit(0, None, lambda spare: Fast())
+    writer.writing().wait()
+    start = threading.Thread.start
+    def racing(thread):
+        os.kill(os.getpid(), signal.SIGINT if then == "racing-int" else signal.SIGTERM)
+        start(thread)
+    threading.Thread.start = racing
+    try:
+        writer.submit(1, None, lambda spare: Slow())
+    except KeyboardInterrupt:
+        writer.drain()
+        print("drained", flush=True)
+    sys.exit(0)
 writer.submit(0, None, lambda spare: Slow())
 if then == "drained":
     writer.drain()
@@ -86,3 +106,14 @@ def test_sigterm_is_left_at_its_default_once_drained_or_where_a_loop_watches(tmp
     assert code == -signal.SIGTERM
     # drained: written before the signal; a loop's fd set: the write dies with the process
     assert (tmp_path / "written").exists() == (then == "drained")
+
+
+@pytest.mark.parametrize("sig,code,out", [("racing", 128 + signal.SIGTERM, ""),
+                                          ("racing-int", 0, "drained\n")])
+def test_a_signal_before_the_writers_thread_starts_ends_the_process_at_once(tmp_path, sig,
+                                                                            code, out):
+    """The write it interrupts never began; the one before it is complete."""
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path), "plain", sig],
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout.splitlines()[-1:]) == (code, out.splitlines())
+    assert not (tmp_path / "written").exists()
