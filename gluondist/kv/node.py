@@ -106,8 +106,8 @@ class Node:
         self.compression: Optional[cmp.Compression] = None
         # keys pushed as they are, whatever the compression (synchronised BatchNorm's): set
         self.plain_pushes = False
-        self.chunk_bytes: Optional[int] = None  # the job's choice (gluondist.kv.tuning)
-        self.chunk_probe: Optional[dict] = None  # and what it measured
+        # what the job's chunk choice was measured on (gluondist.kv.tuning): its last probe
+        self.chunk_probe: Optional[dict] = None
 
     def compress(self, kv, compression: Optional[cmp.Compression]) -> None:
         """Give the distributed kvstore ``kv`` the kvstore-wide compression a trainer asks for

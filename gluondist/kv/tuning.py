@@ -74,27 +74,26 @@ def chunk_bytes(kv, params: Sequence, compression, make) -> int:
     if nbytes == 0:
         return CHUNK_BYTES
     if NODE.chunk_probe is not None and NODE.chunk_probe["bytes"] >= nbytes:
-        return NODE.chunk_bytes
+        return chosen()
     seconds = measure(nbytes, make)
-    NODE.chunk_bytes = choose(seconds)
     NODE.chunk_probe = {"bytes": nbytes, "seconds": dict(zip(CANDIDATES, seconds))}
+    size = chosen()
     rows = ", ".join(f"{c >> 10} KiB {s * 1e3:.1f} ms" for c, s in zip(CANDIDATES, seconds))
-    said = log.info if NODE.chunk_bytes != CHUNK_BYTES and NODE.rank() == 0 else log.debug
+    said = log.info if size != CHUNK_BYTES and NODE.rank() == 0 else log.debug
     said("gluondist: chunks of %d KiB, chosen by measuring this job's links (a probe of %.1f "
-         "MB: %s); GLUONDIST_CHUNK_BYTES overrides", NODE.chunk_bytes >> 10, nbytes / 1e6, rows)
-    return NODE.chunk_bytes
+         "MB: %s); GLUONDIST_CHUNK_BYTES overrides", size >> 10, nbytes / 1e6, rows)
+    return size
 
 
 def measure(nbytes: int, make) -> List[float]:
     """Each candidate's time for one sum of ``nbytes`` over the job: the best of ROUNDS, each
     the slowest worker's."""
-    trainers, params = [], []
+    trainers = []
     for c in CANDIDATES:
         param = mx.gluon.Parameter(f"gluondist_probe_{c}", shape=(nbytes // 4,))
         param.initialize(mx.init.Zero(), ctx=mx.cpu())
         trainers.append(make([param], chunk_bytes=c))
         param.grad()[:] = 1
-        params.append(param)
     table = np.zeros((ROUNDS + 1, len(CANDIDATES)))
     for r in range(ROUNDS + 1):  # the first pass is not counted
         order = range(len(CANDIDATES)) if r % 2 else reversed(range(len(CANDIDATES)))
@@ -116,9 +115,11 @@ def choose(seconds: Sequence[float], candidates: Sequence[int] = CANDIDATES,
 
 
 def chosen() -> Optional[int]:
-    """The chunk size this process's job chose last (None: none chosen, or not measured
-    yet)."""
-    return NODE.chunk_bytes
+    """The chunk size this process's job chose last, from :func:`probed`'s table (None: not
+    measured yet)."""
+    probe = NODE.chunk_probe
+    return None if probe is None else choose(list(probe["seconds"].values()),
+                                             list(probe["seconds"]))
 
 
 def probed() -> Optional[dict]:
