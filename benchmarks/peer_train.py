@@ -1,7 +1,7 @@
 """One worker of benchmarks/peers.py: the same training through gluondist's ``fit`` (under
 ``gluondist launch``) or through Horovod's ``DistributedTrainer`` (under ``horovodrun``).
 
-    peer_train.py gluondist|gluondist-loop|gluondist-comm|horovod|horovod-comm OUT EPOCHS
+    peer_train.py gluondist|gluondist-loop|gluondist-comm|compute|horovod|horovod-comm OUT EPOCHS
                   [MODEL [STEPS_LOG]]
 
 MODEL ``mlp`` (the default): a net dominated by one 8 MB layer (Dense(2048) on 1,024 inputs,
@@ -18,7 +18,9 @@ Where an epoch goes (peers.py --parts): ``gluondist-loop`` trains in a hand-writ
 gluondist's parts (``make_trainer``, ``TrainStep``) instead of ``fit``; ``gluondist-comm`` and
 ``horovod-comm`` take out the net's passes: one forward and backward in the first step of the
 first epoch (which peers.py leaves out of its figure), then each step synchronises what the
-gradient arrays hold and updates, so an epoch is the synchronisation and the update alone.
+gradient arrays hold and updates, so an epoch is the synchronisation and the update alone;
+``compute`` is the other half: the net's passes and update, every worker at once but alone
+(no kvstore), so an epoch is the compute alone.
 Both sides write the sum over the workers back into the gradients, which so grow W-fold a
 step: finite for 60 steps at W=4 (6 epochs) while the first gradients are below 250
 (4**60 * 250 < float32's largest, 3.4e38); the bytes sent and the work per step are the same
@@ -98,15 +100,40 @@ class Stamps:
                 json.dump(self.times, f)
 
 
+class Cores:
+    """The machine's cores busy in each epoch: /proc/stat's busy share of all cores' time
+    between worker 0's marks (every namespace host shares the machine's cores, so this is
+    the whole job's CPU, servers and the kernel's network included), times the cores."""
+
+    def __init__(self):
+        self.marks, self.busy = [], []
+
+    def mark(self, end: bool = False) -> None:
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:]]
+        self.marks.append((sum(ticks) - ticks[3] - ticks[4], sum(ticks)))  # idle, iowait
+        if end:
+            (b0, t0), (b1, t1) = self.marks[-2:]
+            self.busy.append(round((b1 - b0) / max(t1 - t0, 1) * os.cpu_count(), 3))
+
+
+CORES = Cores()
+
+
 def with_gluondist(model, epochs, stamps):
     import gluondist
 
     class Stamp(gluondist.Callback):
+        def on_train_begin(self, run):
+            CORES.mark()
+
         def on_batch_end(self, run, batch, logs):
             if run.rank == 0:
                 stamps.add(run.epoch, batch)
 
         def on_epoch_end(self, run, epoch, logs):  # fit waited for the epoch's last update
+            CORES.mark(end=True)
+            CORES.mark()
             if run.rank == 0:
                 stamps.add(epoch)
 
@@ -136,6 +163,18 @@ def with_gluondist_comm(model, epochs, stamps):
     return with_gluondist_loop(model, epochs, stamps, passes=False)
 
 
+def with_compute(model, epochs, stamps):
+    """The net's passes and update alone, each worker on its own (MXNet's Trainer, no
+    kvstore), started by ``gluondist launch`` so that every host computes at once."""
+    from gluondist import kvstore
+    rank, workers = kvstore.rank(), kvstore.num_workers()
+    mx.random.seed(0)
+    block = initialized(model)
+    trainer = mx.gluon.Trainer(block.collect_params(), "sgd", dict(OPT), kvstore=None)
+    return train_loop(model, block, lambda: trainer.step(model.batch * workers), rank, workers,
+                      epochs, stamps)
+
+
 def initialized(model):
     """``model``'s net, initialized, its shapes known (a model-zoo net infers some)."""
     block = model.net()
@@ -155,6 +194,7 @@ def train_loop(model, block, update, rank, workers, epochs, stamps, passes=True)
     for epoch in range(epochs):
         mx.nd.waitall()
         started = time.perf_counter()
+        CORES.mark()
         for step in range(model.steps):
             if passes or (epoch, step) == (0, 0):
                 rows = slice((step * workers + rank) * batch,
@@ -165,13 +205,14 @@ def train_loop(model, block, update, rank, workers, epochs, stamps, passes=True)
                 loss.backward()
             else:  # the same gradients again, which Trainer would refuse as stale
                 for p in block.collect_params().values():
-                    for d in p.list_data():
+                    for d in p.list_data() if p.grad_req != "null" else ():
                         d._fresh_grad = True
             update()
             if rank == 0:
                 stamps.add(epoch, step)
         mx.nd.waitall()
         seconds.append(time.perf_counter() - started)
+        CORES.mark(end=True)
         if rank == 0:
             stamps.add(epoch)
     return seconds if rank == 0 else None
@@ -218,7 +259,8 @@ def main():
         sys.exit(2)
     stamps = Stamps(args[4] if len(args) > 4 else None)
     modes = {"gluondist": with_gluondist, "gluondist-loop": with_gluondist_loop,
-             "gluondist-comm": with_gluondist_comm, "horovod": with_horovod,
+             "gluondist-comm": with_gluondist_comm, "compute": with_compute,
+             "horovod": with_horovod,
              "horovod-comm": with_horovod_comm}
     if which not in modes:
         print(f"peer_train.py: {which!r} is no way to train; give one of {', '.join(modes)}",
@@ -228,7 +270,8 @@ def main():
     seconds = train(model, epochs, stamps)
     if seconds is not None:
         with open(out, "w") as f:  # the chunk size a gluondist job chose (None: given, Horovod)
-            json.dump({"epoch_seconds": seconds, "chunk_bytes": chosen_chunk_bytes()}, f)
+            json.dump({"epoch_seconds": seconds, "chunk_bytes": chosen_chunk_bytes(),
+                       "busy_cores": CORES.busy}, f)
         stamps.save()
 
 
