@@ -145,11 +145,12 @@ def _epochs(loop: LoopState) -> int:
     at a step checkpoint to resize the job (0 otherwise)."""
     run, args = loop.run, loop.config.args
     run.callbacks.on_train_begin(run)  # may stop at once (a resumed run that had ended)
+    clock = None  # the last epoch's: every 10th batch of the run is timed, not of each epoch
     for epoch in range(run.start, run.epochs if not run.stop_training else run.start):
         run.epoch = epoch
         run.callbacks.on_epoch_begin(run, epoch)
         try:
-            logs = _train_epoch(loop, epoch)
+            logs, clock = _train_epoch(loop, epoch, clock)
         except _StoppedToResize as stop:
             return stop.batches
         loop.step.average_untrained()  # BatchNorm statistics: one value on every copy
@@ -170,8 +171,9 @@ def _seed_mxnet(run: Run, epoch: int, done: int = 0) -> None:
     mx.random.seed(derive_seed(run.seed, MXNET, *path))
 
 
-def _train_epoch(loop: LoopState, epoch: int) -> dict:
-    """One pass over this worker's share of the training data; returns the epoch's logs
+def _train_epoch(loop: LoopState, epoch: int, before: Optional[timing.EpochClock]):
+    """One pass over this worker's share of the training data; returns the epoch's logs and
+    its clock, which carries the run's time samples on from ``before``, the last epoch's
     (raises :class:`_StoppedToResize` when the workers stop at a step checkpoint)."""
     run, cfg = loop.run, loop.config
     started = time.perf_counter()
@@ -183,7 +185,7 @@ def _train_epoch(loop: LoopState, epoch: int) -> dict:
     # the NaN; one process reads the losses of several batches at once, without stalling.
     watch = _NanWatch(run, every=1 if loop.step.distributed else NAN_READ_EVERY) \
         if cfg.args.terminate_on_nan else None
-    hooks, clock = run.callbacks.batch_hooks, timing.EpochClock(run.steps)
+    hooks, clock = run.callbacks.batch_hooks, timing.EpochClock(run.steps, before=before)
     source = cfg.train.epoch(loop.sampler, cfg.ctxs)
     with closing(source):  # an error stops its thread
         samples = _train_batches(loop, clock.waiting(source), tally, watch, clock, hooks, skip)
@@ -200,7 +202,7 @@ def _train_epoch(loop: LoopState, epoch: int) -> dict:
     if run.agree and run.num_workers > 1:
         split = timing.over_workers(split, kvs.allgather)
     logs.update(split)
-    return logs
+    return logs, clock
 
 
 def _train_batches(loop: LoopState, batches, tally, watch, clock, hooks, skip: int) -> int:
