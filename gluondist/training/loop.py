@@ -7,7 +7,7 @@ import math
 import time
 from collections.abc import Mapping
 from contextlib import closing
-from typing import Dict, Optional, Sequence, Union
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -171,7 +171,8 @@ def _seed_mxnet(run: Run, epoch: int, done: int = 0) -> None:
     mx.random.seed(derive_seed(run.seed, MXNET, *path))
 
 
-def _train_epoch(loop: LoopState, epoch: int, before: Optional[timing.EpochClock]):
+def _train_epoch(loop: LoopState, epoch: int,
+                 before: Optional[timing.EpochClock]) -> Tuple[dict, timing.EpochClock]:
     """One pass over this worker's share of the training data; returns the epoch's logs and
     its clock, which carries the run's time samples on from ``before``, the last epoch's
     (raises :class:`_StoppedToResize` when the workers stop at a step checkpoint)."""
@@ -185,7 +186,7 @@ def _train_epoch(loop: LoopState, epoch: int, before: Optional[timing.EpochClock
     # the NaN; one process reads the losses of several batches at once, without stalling.
     watch = _NanWatch(run, every=1 if loop.step.distributed else NAN_READ_EVERY) \
         if cfg.args.terminate_on_nan else None
-    hooks, clock = run.callbacks.batch_hooks, timing.EpochClock(run.steps, before=before)
+    hooks, clock = run.callbacks.batch_hooks, timing.EpochClock(run.steps - skip, before=before)
     source = cfg.train.epoch(loop.sampler, cfg.ctxs)
     with closing(source):  # an error stops its thread
         samples = _train_batches(loop, clock.waiting(source), tally, watch, clock, hooks, skip)

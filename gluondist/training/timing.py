@@ -5,14 +5,12 @@ so the rest can only be read at a synchronisation point: every ``every``-th batc
 (counted over its epochs) is timed phase by phase with ``mx.nd.waitall()`` between the phases
 (forward, backward and fit's sums; the push and pull of gradients; the local update), the
 other batches run untouched. The epoch's time besides the data wait is divided between
-compute and sync in the proportion measured on the run's sampled batches so far, so the three
-add up to the epoch's time (validation is not part of it). A few sampled batches on a noisy
-machine make the proportion approximate.
+compute and sync in the proportion measured on its sampled batches (an epoch without one: the
+run's so far), so the three add up to the epoch's time (validation is not part of it). A few
+sampled batches on a noisy machine make the proportion approximate.
 
 Counted over the run, not each epoch: an epoch of 4 batches would otherwise stall one batch
-in 4, not one in 10. Measured on MobileNet 1.0 in a 3-worker job on 1 Gbit/s links
-(benchmarks/peers.py --parts, 4 batches an epoch): fit took 1.08 times a hand-written loop's
-epoch with a sample in every epoch.
+in 4, not one in 10.
 """
 from __future__ import annotations
 
@@ -29,16 +27,18 @@ SAMPLE_EVERY = 10
 
 
 class EpochClock:
-    """One epoch's clock; ``before``: the run's previous epoch's, whose sampled times and count
-    of batches to the next sample carry on (the first sample falls in the middle of the first
-    epoch, or of its first ``every`` batches)."""
+    """One epoch's clock, for ``steps`` batches; ``before``: the run's previous epoch's, whose
+    count of batches to the next sample carries on (the first sample falls in the middle of
+    the first epoch, or of its first ``every`` batches). An epoch is split in the proportion
+    of its own samples; one with none, in that of the run's so far."""
 
     def __init__(self, steps: int, every: int = SAMPLE_EVERY,
                  before: Optional["EpochClock"] = None):
         self.steps, self.every = steps, every
         self.data = 0.0
-        self.sampled = dict(before.sampled) if before else {"compute": 0.0, "sync": 0.0}
-        self.samples = before.samples if before else 0
+        self.sampled = {"compute": 0.0, "sync": 0.0}
+        self.samples = 0
+        self._run = dict(before._run) if before else {"compute": 0.0, "sync": 0.0}
         self._wait = before._wait if before else min(every, max(steps, 1)) // 2
         self._mark: Optional[float] = None
 
@@ -70,12 +70,14 @@ class EpochClock:
         mx.nd.waitall()
         now = time.perf_counter()
         self.sampled[phase] += now - self._mark
+        self._run[phase] += now - self._mark
         self._mark = now
 
     def split(self, epoch_seconds: float) -> Dict[str, float]:
         rest = max(epoch_seconds - self.data, 0.0)
-        sampled = self.sampled["compute"] + self.sampled["sync"]
-        sync = rest * self.sampled["sync"] / sampled if sampled else 0.0
+        times = self.sampled if self.samples else self._run
+        sampled = times["compute"] + times["sync"]
+        sync = rest * times["sync"] / sampled if sampled else 0.0
         return {"data_seconds": self.data, "compute_seconds": rest - sync, "sync_seconds": sync}
 
 

@@ -24,10 +24,28 @@ def test_long_epochs_sample_the_middle_of_the_first_ten_then_every_tenth():
     assert sampled(25, 2) == [(0, 5), (0, 15), (1, 0), (1, 10), (1, 20)]
 
 
-def test_an_epoch_without_a_sample_is_split_in_the_runs_proportion():
-    first = timing.EpochClock(4, 10)
-    first.sampled = {"compute": 3.0, "sync": 1.0}
-    second = timing.EpochClock(4, 10, before=first)
-    second.data = 2.0
-    assert second.split(10.0) == {"data_seconds": 2.0, "compute_seconds": 6.0,
-                                  "sync_seconds": 2.0}
+def test_an_epoch_is_split_by_its_own_samples_else_by_the_runs(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: now[0])
+
+    def batch(clock, compute, sync):
+        timed = clock.sample(0)
+        if timed is not None:
+            now[0] += compute
+            timed.lap("compute")
+            now[0] += sync
+            timed.lap("sync")
+
+    first = timing.EpochClock(1, every=2)  # one batch an epoch, every other one timed
+    batch(first, 3.0, 1.0)
+    assert first.split(8.0) == {"data_seconds": 0.0, "compute_seconds": 6.0,
+                                "sync_seconds": 2.0}
+    second = timing.EpochClock(1, every=2, before=first)
+    batch(second, 5.0, 5.0)  # not timed
+    assert second.samples == 0
+    assert second.split(4.0) == {"data_seconds": 0.0, "compute_seconds": 3.0,
+                                 "sync_seconds": 1.0}
+    third = timing.EpochClock(1, every=2, before=second)
+    batch(third, 1.0, 1.0)  # its own proportion, not the run's (4 to 2)
+    assert third.split(4.0) == {"data_seconds": 0.0, "compute_seconds": 2.0,
+                                "sync_seconds": 2.0}
