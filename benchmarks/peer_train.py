@@ -10,7 +10,8 @@ hybridization on either side. MODEL a model-zoo name, with ``@SIZE`` for inputs 
 SIZE (default 32), such as ``resnet18_v1@96`` or ``mobilenet1.0``: that net with 10 classes,
 hybridized on both sides, random images, 32 samples per worker per step, 4 steps an epoch.
 Either way SGD with momentum, one OpenMP thread a worker. Worker 0 writes
-``{"epoch_seconds": [...]}`` to OUT, each epoch timed to the end of its last update
+``{"epoch_seconds": [...], "chunk_bytes": ..., "busy_cores": [...]}`` to OUT, each epoch
+timed to the end of its last update
 (``mx.nd.waitall()``); with STEPS_LOG, also the wall clock of each step and epoch end (for the
 link timelines).
 
@@ -124,7 +125,7 @@ def with_gluondist(model, epochs, stamps):
     import gluondist
 
     class Stamp(gluondist.Callback):
-        def on_train_begin(self, run):
+        def on_epoch_begin(self, run, epoch):  # the window fit's epoch_seconds times
             CORES.mark()
 
         def on_batch_end(self, run, batch, logs):
@@ -133,7 +134,6 @@ def with_gluondist(model, epochs, stamps):
 
         def on_epoch_end(self, run, epoch, logs):  # fit waited for the epoch's last update
             CORES.mark(end=True)
-            CORES.mark()
             if run.rank == 0:
                 stamps.add(epoch)
 
