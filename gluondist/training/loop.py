@@ -212,7 +212,7 @@ def _train_batches(loop: LoopState, batches, tally, watch, clock, hooks, skip: i
     run, cfg, step, saver = loop.run, loop.config, loop.step, loop.checkpointer
     samples = 0
     for batch, (n, global_count, data, targets) in enumerate(batches, start=skip):
-        timed = clock.sample(batch)
+        timed = clock.sample()
         outputs, losses = parallel.forward_backward(cfg.model, cfg.objective, data, targets,
                                                     cfg.ctxs, step.loss_scale(n))
         batch_sums = tally.add(outputs, targets, losses) if n else []

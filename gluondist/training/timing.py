@@ -34,7 +34,7 @@ class EpochClock:
 
     def __init__(self, steps: int, every: int = SAMPLE_EVERY,
                  before: Optional["EpochClock"] = None):
-        self.steps, self.every = steps, every
+        self.every = every
         self.data = 0.0
         self.sampled = {"compute": 0.0, "sync": 0.0}
         self.samples = 0
@@ -54,9 +54,9 @@ class EpochClock:
             self.data += time.perf_counter() - start
             yield item
 
-    def sample(self, batch: int) -> Optional["EpochClock"]:
-        """Start timing ``batch`` phase by phase if it is one of the sampled; returns the clock
-        to ``lap`` (None for a batch that runs untimed)."""
+    def sample(self) -> Optional["EpochClock"]:
+        """Start timing the next batch phase by phase if it is one of the sampled; returns the
+        clock to ``lap`` (None for a batch that runs untimed)."""
         due, self._wait = self._wait == 0, self._wait - 1 if self._wait else self.every - 1
         if not due:
             return None

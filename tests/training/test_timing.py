@@ -9,7 +9,7 @@ def sampled(steps: int, epochs: int, every: int = 10) -> list:
     for epoch in range(epochs):
         clock = timing.EpochClock(steps, every, before=clock)
         for batch in range(steps):
-            if clock.sample(batch) is not None:
+            if clock.sample() is not None:
                 clock.lap("compute")
                 out.append((epoch, batch))
     return out
@@ -29,7 +29,7 @@ def test_an_epoch_is_split_by_its_own_samples_else_by_the_runs(monkeypatch):
     monkeypatch.setattr(timing.time, "perf_counter", lambda: now[0])
 
     def batch(clock, compute, sync):
-        timed = clock.sample(0)
+        timed = clock.sample()
         if timed is not None:
             now[0] += compute
             timed.lap("compute")
