@@ -140,7 +140,7 @@ def assign(param, value) -> None:
 
 
 def forward_backward(net, loss_fn, data_parts, label_parts, ctxs: Sequence["mx.Context"],
-                     scale: float = 1.0):
+                     scale: float = 1.0, before_backward=None):
     """Record forward and backward on every context; returns ``(outputs, losses)``, one entry
     per context, None where its part was None.
 
@@ -154,7 +154,12 @@ def forward_backward(net, loss_fn, data_parts, label_parts, ctxs: Sequence["mx.C
     still covers every context. ``scale`` multiplies every loss before backward (0 makes a
     worker with an empty share of the last global batch push zeros and keep in step). After
     such a stand-in pass (a part of None, or scale 0) the parameters no gradient trains
-    (BatchNorm's running statistics) are put back as they were before it."""
+    (BatchNorm's running statistics) are put back as they were before it.
+
+    ``before_backward(outputs, losses)``, if given, runs between the passes. A host sync there
+    (reading the loss) waits for the forward pass alone; after backward is issued it would wait
+    for backward too, since MXNet's CPU engine runs operations in the order they became ready,
+    and so hold back the gradient pushes that would overlap backward."""
     filled = [i for i, part in enumerate(data_parts) if part is not None]
     if not filled:
         raise ValueError("forward_backward needs at least one non-empty part")
@@ -179,6 +184,8 @@ def forward_backward(net, loss_fn, data_parts, label_parts, ctxs: Sequence["mx.C
             heads.append(head * 0 if empty else head * scale if scale != 1.0 else head)
             outputs.append(None if empty else out)
             losses.append(None if empty else loss)
+    if before_backward is not None:
+        before_backward(outputs, losses)
     mx.autograd.backward(heads)
     for array, before in kept:
         before.copyto(array)

@@ -157,7 +157,10 @@ class Exchange:
         landing = early and self.early and self.updates.begin()
         self.wire.begin([k for i, _ in trained for k in self.keys(i)])
         sent = set()
-        for i, p in trained:
+        # issued in the order backward makes the gradients (the reverse of the parameters'),
+        # each pushed once made while backward goes on: MXNet's CPU engine runs operations in
+        # the order they become ready, and the chunks take the staging slots in this order
+        for i, p in reversed(trained):
             bucket = self._bucket_of.get(i)
             if i in self._sparse:
                 continue

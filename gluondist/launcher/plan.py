@@ -119,6 +119,8 @@ def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = ()
     argv = worker_argv(options.command, options.python)
     for r, i in enumerate(pslite_order(placement.workers)):
         extra = {ev.PS_PORT: str(worker_ports[r])} if worker_ports else {}
+        if user_value(options, base_env, ev.MXNET_BULK_BACKWARD) is None:
+            extra[ev.MXNET_BULK_BACKWARD] = "0"  # see envvars: pushes overlap backward
         if threads is not None:
             extra[ev.OMP_NUM_THREADS] = str(threads)
         if options.gpus_per_worker:

@@ -213,11 +213,10 @@ def _train_batches(loop: LoopState, batches, tally, watch, clock, hooks, skip: i
     samples = 0
     for batch, (n, global_count, data, targets) in enumerate(batches, start=skip):
         timed = clock.sample()
-        outputs, losses = parallel.forward_backward(cfg.model, cfg.objective, data, targets,
-                                                    cfg.ctxs, step.loss_scale(n))
-        batch_sums = tally.add(outputs, targets, losses) if n else []
-        if watch is not None:
-            watch.add(batch, batch_sums)
+        batch_sums: list = []
+        parallel.forward_backward(cfg.model, cfg.objective, data, targets, cfg.ctxs,
+                                  step.loss_scale(n),
+                                  _tallied(tally, watch, batch, n, targets, batch_sums))
         if timed is not None:
             timed.lap("compute")
         step(global_count, timed)
@@ -230,6 +229,17 @@ def _train_batches(loop: LoopState, batches, tally, watch, clock, hooks, skip: i
                     _step_checkpoint(loop, tally, watch, batch + 1):
                 raise _StoppedToResize(batch + 1)
     return samples
+
+
+def _tallied(tally, watch, batch: int, n: int, targets, sums: list):
+    """What runs between a batch's passes: its sums tallied into ``sums`` and, in a job, the
+    loss's NaN check, a host sync that so waits for the forward pass alone and lets the pushes
+    overlap backward (see :func:`gluondist.parallel.forward_backward`)."""
+    def before_backward(outputs, losses) -> None:
+        sums.extend(tally.add(outputs, targets, losses) if n else [])
+        if watch is not None:
+            watch.add(batch, sums)
+    return before_backward
 
 
 def _step_checkpoint(loop: LoopState, tally: Tally, watch, done: int) -> bool:

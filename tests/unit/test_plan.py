@@ -15,6 +15,7 @@ JOB = str(SCRIPTS / "job.py")
 COMMON = {"DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": "9000", "DMLC_NUM_WORKER": "2",
           "DMLC_NUM_SERVER": "1", "DMLC_NODE_HOST": "127.0.0.1", "PS_VERBOSE": "1"}
 BOOT = (PY, "-m", "gluondist.launcher.child.bootstrap")
+BULK = "MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_BWD"  # the workers' default 0: see envvars
 
 
 def test_plan_for_two_workers_and_one_server():
@@ -30,12 +31,12 @@ def test_plan_for_two_workers_and_one_server():
         ProcessSpec("worker", 0, "127.0.0.1", (*BOOT, JOB, "-n", "8"),
                     {**COMMON, "DMLC_ROLE": "worker", "GLUONDIST_RANK": "0",
                      "GLUONDIST_KVSTORE": "dist_sync", "GLUONDIST_RESTART_COUNT": "0",
-                     "PYTHONUNBUFFERED": "1", "PORT": "9102",
+                     "PYTHONUNBUFFERED": "1", "PORT": "9102", BULK: "0",
                      "OMP_NUM_THREADS": "2", "X": "1"}),
         ProcessSpec("worker", 1, "127.0.0.1", (*BOOT, JOB, "-n", "8"),
                     {**COMMON, "DMLC_ROLE": "worker", "GLUONDIST_RANK": "1",
                      "GLUONDIST_KVSTORE": "dist_sync", "GLUONDIST_RESTART_COUNT": "0",
-                     "PYTHONUNBUFFERED": "1", "PORT": "9103",
+                     "PYTHONUNBUFFERED": "1", "PORT": "9103", BULK: "0",
                      "OMP_NUM_THREADS": "2", "X": "1"}),
     )
     assert plan.notes == ("OMP_NUM_THREADS=2 for each of 2 worker(s) on 4 core(s); "
@@ -55,6 +56,13 @@ def test_what_the_user_set_wins():
     assert plan.notes == ()
     few_cores = build_plan(LaunchOptions((JOB,), 4, 1, python=PY), 1, (), 2, {})
     assert {s.env["OMP_NUM_THREADS"] for s in few_cores.of_role("worker")} == {"1"}
+
+
+@pytest.mark.parametrize("base_env,env", [({BULK: "15"}, {}), ({}, {BULK: "4"})])
+def test_the_users_backward_bulking_wins_over_the_workers_default(base_env, env):
+    plan = build_plan(LaunchOptions((JOB,), 2, 1, python=PY, env=env), 1, (), 2, base_env)
+    # from the environment: inherited (local) or carried as a job setting (ssh), not replaced
+    assert [s.env.get(BULK) for s in plan.specs] == [env.get(BULK)] * 4
 
 
 @pytest.mark.parametrize("base_env,env", [({"PS_VERBOSE": "0"}, {}), ({}, {"PS_VERBOSE": "0"}),
