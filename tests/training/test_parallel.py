@@ -105,3 +105,25 @@ def test_a_stand_in_pass_leaves_batchnorm_statistics_as_they_were():
     assert all(np.array_equal(a, b) for a, b in zip(kept(mx.cpu(0)), after))
     assert all(p.grad(mx.cpu(0)).norm().asscalar() == 0 for p in net.collect_params().values()
                if p.grad_req != "null")
+
+
+def test_before_backward_sees_the_forward_pass_and_no_gradient_yet():
+    """fit's NaN check runs there: the losses are read, the gradients are not yet made (the
+    pushes issued after backward must not wait behind a read of them)."""
+    from gluondist import _mx
+    net = mlp()
+    ctxs = [mx.cpu(0), mx.cpu(1)]
+    parallel.initialize(net, ctxs, sample=mx.nd.ones((1, 64)))
+    loss = mx.gluon.loss.SoftmaxCrossEntropyLoss()
+    x, y = mx.nd.array(np.random.RandomState(0).rand(4, 64)), mx.nd.array([0, 1, 2, 3])
+    seen = []
+
+    def before_backward(outputs, losses):
+        weights = [d for p in net.collect_params().values() for d in p.list_data()]
+        seen.append(([l.shape for l in losses], any(_mx.fresh(w) for w in weights)))
+
+    outputs, losses = parallel.forward_backward(net, loss, parallel.split(x, ctxs),
+                                                parallel.split(y, ctxs), ctxs,
+                                                before_backward=before_backward)
+    assert seen == [([(2,), (2,)], False)]
+    assert all(_mx.fresh(d) for p in net.collect_params().values() for d in p.list_data())
