@@ -156,10 +156,11 @@ def forward_backward(net, loss_fn, data_parts, label_parts, ctxs: Sequence["mx.C
     such a stand-in pass (a part of None, or scale 0) the parameters no gradient trains
     (BatchNorm's running statistics) are put back as they were before it.
 
-    ``before_backward(outputs, losses)``, if given, runs between the passes. A host sync there
-    (reading the loss) waits for the forward pass alone; after backward is issued it would wait
-    for backward too, since MXNet's CPU engine runs operations in the order they became ready,
-    and so hold back the gradient pushes that would overlap backward."""
+    ``before_backward(outputs, losses)``, if given, runs between the passes. A value computed
+    and read there (the loss's sum) waits for the forward pass alone; computed after backward
+    is issued, its operations would queue behind backward's (MXNet's CPU engine runs them in
+    the order they became ready), and the read, with the gradient pushes issued after it,
+    would wait for all of backward."""
     filled = [i for i, part in enumerate(data_parts) if part is not None]
     if not filled:
         raise ValueError("forward_backward needs at least one non-empty part")

@@ -21,8 +21,10 @@ OMP_NUM_THREADS = "OMP_NUM_THREADS"
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 MXNET_CPU_WORKER_NTHREADS = "MXNET_CPU_WORKER_NTHREADS"
 # Operations MXNet runs as one in backward (15 by default; 0: each on its own, so that each
-# gradient is ready, and pushed, as soon as it is made): the launcher's default for workers is 0
+# gradient is ready, and pushed, as soon as it is made: see launcher/roles.worker_defaults),
+# and in both passes, which the backward setting falls back to
 MXNET_BULK_BACKWARD = "MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_BWD"
+MXNET_BULK = "MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN"
 # Arrays of at least this many elements are sliced over every server (1,000,000 by default)
 MXNET_KVSTORE_BIGARRAY_BOUND = "MXNET_KVSTORE_BIGARRAY_BOUND"
 
@@ -84,7 +86,8 @@ GLUONDIST_LINK_TIMEOUT = "GLUONDIST_LINK_TIMEOUT"
 # (transports/ssh.py). docs/environment.md's "What you can set for a job" lists these.
 JOB_SETTINGS = (GLUONDIST_EXIT_GRACE, GLUONDIST_CHUNK_BYTES, GLUONDIST_FUSE_BYTES,
                 GLUONDIST_CHUNKS_IN_FLIGHT, GLUONDIST_CHUNK_UPDATES, GLUONDIST_UNTESTED_MXNET,
-                MXNET_KVSTORE_BIGARRAY_BOUND, MXNET_BULK_BACKWARD, PS_VERBOSE, OMP_NUM_THREADS)
+                MXNET_KVSTORE_BIGARRAY_BOUND, MXNET_BULK_BACKWARD, MXNET_BULK, PS_VERBOSE,
+                OMP_NUM_THREADS)
 # ps-lite's own settings (PS_VERBOSE, PS_RESEND, PS_HEARTBEAT_TIMEOUT, ...) are the job's too
 JOB_SETTING_PREFIXES = ("PS_",)
 

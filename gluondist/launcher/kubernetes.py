@@ -19,7 +19,7 @@ from .. import envvars as ev
 from . import child
 from .errors import LaunchError
 from .options import check_env, check_kvstore, check_whole
-from .roles import is_python, job_env
+from .roles import is_python, job_env, worker_defaults
 
 CONTAINER = "gluondist"
 POD_ENTRY = ("-m", child.POD)
@@ -113,7 +113,9 @@ def kubernetes(name: str, image: str, command: Sequence[str], num_workers: int,
     common = job_env(scheduler_host(name, layout), port, num_workers, num_servers)
     # ps-lite binds the scheduler to 0.0.0.0 instead of its DNS name under this flag
     common[ev.DMLC_USE_KUBERNETES] = "1"
-    env_list = _env({**common, **env}) + [_field(ev.DMLC_NODE_HOST, "status.podIP")]
+    # one pod template may serve every role: the workers' defaults reach the others unread
+    defaults = worker_defaults(env, gpus_per_worker)
+    env_list = _env({**common, **defaults, **env}) + [_field(ev.DMLC_NODE_HOST, "status.podIP")]
 
     def job(job_name: str, count: int, role: Optional[str], gpus: int) -> dict:
         container = {"name": CONTAINER, "image": image, "env": env_list,

@@ -7,7 +7,8 @@ from typing import Mapping, Optional, Sequence, Tuple
 from .. import envvars as ev
 from .hosts import Host, Placement, gpu_list
 from .options import LaunchOptions
-from .roles import job_env, pslite_verbose, role_env, server_argv, worker_argv
+from .roles import (job_env, pslite_verbose, role_env, server_argv, worker_argv,
+                    worker_defaults)
 from .transports import backend
 
 @dataclass(frozen=True)
@@ -119,8 +120,7 @@ def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = ()
     argv = worker_argv(options.command, options.python)
     for r, i in enumerate(pslite_order(placement.workers)):
         extra = {ev.PS_PORT: str(worker_ports[r])} if worker_ports else {}
-        if user_value(options, base_env, ev.MXNET_BULK_BACKWARD) is None:
-            extra[ev.MXNET_BULK_BACKWARD] = "0"  # see envvars: pushes overlap backward
+        extra.update(worker_defaults({**base_env, **options.env}, options.gpus_per_worker))
         if threads is not None:
             extra[ev.OMP_NUM_THREADS] = str(threads)
         if options.gpus_per_worker:

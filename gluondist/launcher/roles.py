@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 from .. import envvars as ev
 from . import child
@@ -53,6 +53,17 @@ def role_env(role: str, rank: int, kvstore: str, attempt: int = 0) -> Dict[str, 
         env.update({ev.GLUONDIST_RANK: str(rank), ev.GLUONDIST_KVSTORE: kvstore,
                     ev.GLUONDIST_RESTART_COUNT: str(attempt), ev.PYTHONUNBUFFERED: "1"})
     return env
+
+
+def worker_defaults(user_env: Mapping[str, str], gpus: int = 0) -> Dict[str, str]:
+    """What every launcher sets for workers unless the user set it (``user_env``): backward's
+    operations run one by one, so each gradient is ready, and pushed, as soon as backward makes
+    it (docs/servers.md, "Overlap with backward"). Not where the user set either of MXNet's
+    variables for it (the backward one falls back to the general one), nor with ``gpus`` per
+    worker, where bulking saves kernel launches and this was not measured."""
+    if gpus or ev.MXNET_BULK_BACKWARD in user_env or ev.MXNET_BULK in user_env:
+        return {}
+    return {ev.MXNET_BULK_BACKWARD: "0"}
 
 
 def server_argv(python: str) -> Tuple[str, ...]:

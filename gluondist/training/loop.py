@@ -214,12 +214,14 @@ def _train_batches(loop: LoopState, batches, tally, watch, clock, hooks, skip: i
     for batch, (n, global_count, data, targets) in enumerate(batches, start=skip):
         timed = clock.sample()
         batch_sums: list = []
-        parallel.forward_backward(cfg.model, cfg.objective, data, targets, cfg.ctxs,
-                                  step.loss_scale(n),
-                                  _tallied(tally, watch, batch, n, targets, batch_sums))
+        outputs, _ = parallel.forward_backward(
+            cfg.model, cfg.objective, data, targets, cfg.ctxs, step.loss_scale(n),
+            _tallied(tally, watch, batch, n, targets, batch_sums))
         if timed is not None:
             timed.lap("compute")
         step(global_count, timed)
+        if n:  # after the step's pushes were issued: a metric may read values on the host
+            tally.add_metrics(outputs, targets)
         samples += global_count
         if hooks:
             run.callbacks.on_batch_end(run, batch, _BatchLogs(batch, n, batch_sums))
@@ -232,11 +234,11 @@ def _train_batches(loop: LoopState, batches, tally, watch, clock, hooks, skip: i
 
 
 def _tallied(tally, watch, batch: int, n: int, targets, sums: list):
-    """What runs between a batch's passes: its sums tallied into ``sums`` and, in a job, the
-    loss's NaN check, a host sync that so waits for the forward pass alone and lets the pushes
-    overlap backward (see :func:`gluondist.parallel.forward_backward`)."""
+    """What runs between a batch's passes: its loss sums tallied into ``sums`` and, in a job,
+    the loss's NaN check, a host sync that so waits for the forward pass alone and lets the
+    pushes overlap backward (see :func:`gluondist.parallel.forward_backward`)."""
     def before_backward(outputs, losses) -> None:
-        sums.extend(tally.add(outputs, targets, losses) if n else [])
+        sums.extend(tally.add_losses(outputs, targets, losses) if n else [])
         if watch is not None:
             watch.add(batch, sums)
     return before_backward

@@ -97,6 +97,12 @@ class Tally:
     def add(self, outputs, targets, losses) -> list:
         """Add one batch (lists over contexts, None where a context had no samples); returns
         the batch's ``(context, loss sum)`` pairs."""
+        batch = self.add_losses(outputs, targets, losses)
+        self.add_metrics(outputs, targets)
+        return batch
+
+    def add_losses(self, outputs, targets, losses) -> list:
+        """:meth:`add`'s loss sums alone (device operations, no host sync)."""
         batch = []
         for i, (out, target, loss) in enumerate(zip(outputs, targets, losses)):
             if out is None:
@@ -111,13 +117,16 @@ class Tally:
                 self.count += total.shape[0]
             else:
                 self.weight.add(i, weight.sum())
+        return batch
+
+    def add_metrics(self, outputs, targets) -> None:
+        """:meth:`add`'s metrics alone (one of a user's may read values on the host)."""
         for j, ms in enumerate(self.objective.metrics):
             outs = [None if o is None else outputs_of(o)[j] for o in outputs]
             labels = [None if t is None else t[0][j] for t in targets]
             weights = [None if t is None else t[1] for t in targets]
             for m in ms:
                 m.update(labels, outs, weights)
-        return batch
 
     def _sums(self):
         count = self.count + self.weight.total()

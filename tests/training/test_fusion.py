@@ -9,6 +9,7 @@ import pytest
 from gluondist.kv.chunks import SERVER_HASH
 from gluondist.kv.exchange import Exchange
 from gluondist.kv.fusion import buckets
+from gluondist.kv.staging import Staging
 from gluondist.kv.updates import Updates
 
 
@@ -106,3 +107,19 @@ def test_parameters_not_trained_are_passed_over_not_a_break():
     eligible = [p.grad_req != "null" for p in ps]
     found = buckets(ps, [[(0, 0)]] * 4, [0, 1, 2, 3], 1 << 19, eligible)
     assert [(b.members, b.bounds) for b in found] == [([0, 3], [(0, 10), (10, 20)])]
+
+
+def test_gradients_are_issued_in_the_order_backward_makes_them():
+    """The last parameter's first (the reverse of the net's order), so each is pushed while
+    backward still makes the ones before it; fused buckets when their first-made member is."""
+    ps = [mx.gluon.Parameter(f"r{i}", shape=(40,) if i == 2 else (3,)) for i in range(4)]
+    for p in ps:
+        p.initialize(mx.init.Zero(), ctx=[mx.cpu(0)])
+    ex = Exchange(ps, Updates(ps, mx.optimizer.SGD()), mx.kv.create("local"),
+                  chunks=[[(0, 0)], [(0, 0)], [(0, 20), (20, 40)], [(0, 0)]],
+                  staging=Staging(0, 0))
+    ex.join()
+    sent = []
+    ex._send = lambda key, values, out, priority, name: sent.append(key)
+    ex.reduce()
+    assert sent == [ex.keys(3)[0], *ex.keys(2), ex.keys(1)[0], ex.keys(0)[0]]

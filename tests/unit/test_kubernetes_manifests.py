@@ -53,8 +53,17 @@ def test_one_indexed_job_that_fails_whole_on_any_nonzero_exit():
     assert env_of(container) == {
         "DMLC_PS_ROOT_URI": "train-0.train", "DMLC_PS_ROOT_PORT": "9000",
         "DMLC_NUM_WORKER": "4", "DMLC_NUM_SERVER": "2", "DMLC_USE_KUBERNETES": "1", "A": "b",
-        "DMLC_NODE_HOST": {"fieldRef": {"fieldPath": "status.podIP"}}}
+        "DMLC_NODE_HOST": {"fieldRef": {"fieldPath": "status.podIP"}}}  # GPUs: bulking kept
     assert container["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+
+
+@pytest.mark.parametrize("env,value", [
+    ({}, "0"), ({"MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_BWD": "15"}, "15"),
+    ({"MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN": "8"}, None)])
+def test_workers_run_backward_unbulked_unless_the_user_chose(env, value):
+    objects = by_kind(kubernetes("train", "img:1", ["python", "t.py"], 2, 1, env=env))
+    (container,) = objects[("Job", "train")]["spec"]["template"]["spec"]["containers"]
+    assert env_of(container).get("MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_BWD") == value
 
 
 def test_per_role_jobs_give_gpus_to_workers_only():

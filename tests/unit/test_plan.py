@@ -58,10 +58,15 @@ def test_what_the_user_set_wins():
     assert {s.env["OMP_NUM_THREADS"] for s in few_cores.of_role("worker")} == {"1"}
 
 
-@pytest.mark.parametrize("base_env,env", [({BULK: "15"}, {}), ({}, {BULK: "4"})])
-def test_the_users_backward_bulking_wins_over_the_workers_default(base_env, env):
-    plan = build_plan(LaunchOptions((JOB,), 2, 1, python=PY, env=env), 1, (), 2, base_env)
-    # from the environment: inherited (local) or carried as a job setting (ssh), not replaced
+@pytest.mark.parametrize("base_env,env,gpus", [
+    ({BULK: "15"}, {}, 0), ({}, {BULK: "4"}, 0),
+    ({"MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN": "8"}, {}, 0),  # MXNet's fallback for BULK
+    ({}, {"MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN": "8"}, 0), ({}, {}, 1)])
+def test_the_users_backward_bulking_wins_over_the_workers_default(base_env, env, gpus):
+    options = LaunchOptions((JOB,), 2, 1, python=PY, env=env, gpus_per_worker=gpus)
+    plan = build_plan(options, 1, (), 2, base_env)
+    # from the environment: inherited (local) or carried as a job setting (ssh), not replaced;
+    # with GPUs MXNet's bulking stays (it saves kernel launches; unmeasured without)
     assert [s.env.get(BULK) for s in plan.specs] == [env.get(BULK)] * 4
 
 
