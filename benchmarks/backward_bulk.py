@@ -18,21 +18,15 @@ import json
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 
-from engine_threads import ALONE, ZOO_BATCH
+from engine_threads import step_alone
 
 BULK = "MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_BWD"
 
 
 def step(model: str, bulk: int, threads: int) -> float:
-    env = {**os.environ, BULK: str(bulk), "OMP_NUM_THREADS": str(threads)}
-    done = subprocess.run([sys.executable, "-c", ALONE, model, str(ZOO_BATCH)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        raise SystemExit(f"{model} exited {done.returncode}:\n{done.stderr[-3000:]}")
-    return float(done.stdout.split()[-1])
+    return step_alone(model, {BULK: str(bulk), "OMP_NUM_THREADS": str(threads)})
 
 
 def main():

@@ -74,16 +74,22 @@ print(statistics.median(times[2:]))
 """
 
 
-def alone(model: str, threads: int) -> float:
+def step_alone(model: str, settings: dict) -> float:
     """The median step of ``model`` (``NAME@SIZE``, peer_train.py's batch of a model-zoo net)
-    in one process on every core, with ``threads`` engine threads."""
-    env = {**os.environ, "MXNET_CPU_WORKER_NTHREADS": str(threads),
-           "OMP_NUM_THREADS": str(os.cpu_count())}
-    done = subprocess.run([sys.executable, "-c", ALONE, model, str(ZOO_BATCH)], env=env,
-                          capture_output=True, text=True, timeout=600)
+    in one process with no kvstore, with ``settings`` over this environment (benchmarks/
+    backward_bulk.py's too)."""
+    done = subprocess.run([sys.executable, "-c", ALONE, model, str(ZOO_BATCH)],
+                          env={**os.environ, **settings}, capture_output=True, text=True,
+                          timeout=600)
     if done.returncode != 0:
         raise SystemExit(f"{model} alone exited {done.returncode}:\n{done.stderr[-3000:]}")
     return float(done.stdout.split()[-1])
+
+
+def alone(model: str, threads: int) -> float:
+    """``model``'s step on every core, with ``threads`` engine threads."""
+    return step_alone(model, {"MXNET_CPU_WORKER_NTHREADS": str(threads),
+                              "OMP_NUM_THREADS": str(os.cpu_count())})
 
 
 def compare(label: str, measure, rounds: int, unit: str) -> dict:

@@ -118,9 +118,10 @@ def build_plan(options: LaunchOptions, port: int, node_ports: Sequence[int] = ()
         extra = {**light, ev.PS_PORT: str(server_ports[r])} if server_ports else dict(light)
         specs.append(spec("server", r, placement.servers[i], server_argv(options.python), extra))
     argv = worker_argv(options.command, options.python)
+    defaults = worker_defaults({**base_env, **options.env}, options.gpus_per_worker)
     for r, i in enumerate(pslite_order(placement.workers)):
         extra = {ev.PS_PORT: str(worker_ports[r])} if worker_ports else {}
-        extra.update(worker_defaults({**base_env, **options.env}, options.gpus_per_worker))
+        extra.update(defaults)
         if threads is not None:
             extra[ev.OMP_NUM_THREADS] = str(threads)
         if options.gpus_per_worker:
