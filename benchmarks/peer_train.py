@@ -10,8 +10,8 @@ hybridization on either side. MODEL a model-zoo name, with ``@SIZE`` for inputs 
 SIZE (default 32), such as ``resnet18_v1@96`` or ``mobilenet1.0``: that net with 10 classes,
 hybridized on both sides, random images, 32 samples per worker per step, 4 steps an epoch.
 Either way SGD with momentum, one OpenMP thread a worker. Worker 0 writes
-``{"epoch_seconds": [...], "chunk_bytes": ..., "busy_cores": [...]}`` to OUT, each epoch
-timed to the end of its last update
+``{"epoch_seconds": [...], "chunk_bytes": ..., "order": ..., "busy_cores": [...]}`` to OUT,
+each epoch timed to the end of its last update
 (``mx.nd.waitall()``); with STEPS_LOG, also the wall clock of each step and epoch end (for the
 link timelines).
 
@@ -241,6 +241,13 @@ def chosen_chunk_bytes():
     return None if tuning is None else tuning.chosen()
 
 
+def chosen_order():
+    """The order this process's gluondist job chose (gluondist.kv.order: backward's time, the
+    exchange's alone, the head's share; None: not timed, or no gluondist imported)."""
+    node = sys.modules.get("gluondist.kv.node")
+    return None if node is None else node.NODE.send_order
+
+
 def main():
     from positional import positional
     args = positional(__doc__, 3, 5)
@@ -271,7 +278,7 @@ def main():
     if seconds is not None:
         with open(out, "w") as f:  # the chunk size a gluondist job chose (None: given, Horovod)
             json.dump({"epoch_seconds": seconds, "chunk_bytes": chosen_chunk_bytes(),
-                       "busy_cores": CORES.busy}, f)
+                       "order": chosen_order(), "busy_cores": CORES.busy}, f)
         stamps.save()
 
 

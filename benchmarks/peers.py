@@ -464,6 +464,7 @@ def main():
     runs = {(w, arm): [] for w in args.workers for arm in args.arms}
     lost = {key: [] for key in runs}  # [drops, retransmissions] per job
     chose = {key: [] for key in runs}  # the chunk size each gluondist job chose
+    heads = {key: [] for key in runs}  # the share sent in backward's order (gluondist.kv.order)
     busy = {key: [] for key in runs}  # the machine's cores busy, median epoch after the first
     retried = {key: [] for key in runs}  # Horovod's jobs run again (horovod_job)
     result = {"command": shlex.join(["python", *sys.argv]), "rate": args.rate,
@@ -485,6 +486,7 @@ def main():
                               env=env, mode=side(arm)[1], model=args.model)
                     seconds = ran["epoch_seconds"]
                     chose[w, arm].append(ran.get("chunk_bytes"))
+                    heads[w, arm].append((ran.get("order") or {}).get("head"))
                     lost[w, arm].append([b - a for a, b in zip(before, losses(cluster))])
                     runs[w, arm].append(statistics.median(seconds[1:]))
                     busy[w, arm].append(statistics.median(ran["busy_cores"][1:]))
@@ -492,7 +494,8 @@ def main():
                     print(f"round {r + 1}, W={w}, {arm}: {runs[w, arm][-1]:.2f} s an epoch "
                           f"({', '.join(f'{s:.2f}' for s in seconds)}); packets dropped, "
                           f"segments sent again: {lost[w, arm][-1]}; chunks chosen: "
-                          f"{chose[w, arm][-1]}; cores busy {busy[w, arm][-1]:.2f}", flush=True)
+                          f"{chose[w, arm][-1]}; head {heads[w, arm][-1]}; cores busy "
+                          f"{busy[w, arm][-1]:.2f}", flush=True)
         for w in args.timeline:
             for arm in args.timeline_arms:
                 result["timelines"].append(
@@ -514,6 +517,7 @@ def main():
                    "rounds": runs[w, arm], "bound_s": bound_s(arm_of, w, bits, chunk, sizes,
                                                                   model.steps),
                    "dropped_resent": lost[w, arm], "chunks_chosen": chose[w, arm],
+                   "heads_chosen": heads[w, arm],
                    "busy_cores": busy[w, arm], "horovod_retries": retried[w, arm],
                    "horovod_speed_ratio":
                    None if horovod is None else horovod / epoch}

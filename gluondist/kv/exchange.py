@@ -16,6 +16,7 @@ from ..trees import Kept
 from . import compression as cmp
 from .fusion import Bucket, buckets
 from .node import KV_LOCK, NODE, quiet
+from .order import Order
 from .staging import Staging
 from .updates import Updates
 
@@ -64,6 +65,9 @@ class Exchange:
         self._sparse = {i for i, p in enumerate(self.params)
                         if _mx.storage(p) == ("default", "row_sparse")}
         self.stand_in = False  # this step's batch is a stand-in (TrainStep.loss_scale)
+        # the order the gradients go in, chosen at a step timed (see order.py)
+        self.order = Order([sum(b - a for a, b in c) if len(c) > 1 else 0 for c in self.chunks],
+                           self.distributed and not servers_update and kv is NODE.kv)
 
     @property
     def distributed(self) -> bool:
@@ -154,13 +158,15 @@ class Exchange:
                     self.kv.pushpull(self.first[i], p.list_grad(), out=p.list_data(),
                                      priority=-i)
             return
+        timed = self.order.timing([g for _, p in trained for g in p.list_grad()])
         landing = early and self.early and self.updates.begin()
         self.wire.begin([k for i, _ in trained for k in self.keys(i)])
         sent = set()
-        # issued in the order backward makes the gradients (the reverse of the parameters'),
-        # each pushed once made while backward goes on: MXNet's CPU engine runs operations in
-        # the order they become ready, and the chunks take the staging slots in this order
-        for i, p in reversed(trained):
+        # issued first in the order backward makes the gradients (the reverse of the
+        # parameters'), each pushed once made while backward goes on, then in forward order
+        # (see order.py): MXNet's CPU engine runs operations in the order they become ready,
+        # and the chunks take the staging slots in this order
+        for i, p in self.order.of(trained):
             bucket = self._bucket_of.get(i)
             if i in self._sparse:
                 continue
@@ -174,6 +180,8 @@ class Exchange:
                 self._rows(p.list_grad())
         if check:
             self.wire.check()
+        if timed:
+            self.order.timed()
 
     def _rows(self, grads: list) -> None:
         """A row-sparse gradient summed over the devices and workers, in place: the rows any

@@ -108,6 +108,8 @@ class Node:
         self.plain_pushes = False
         # what the job's chunk choice was measured on (gluondist.kv.tuning): its last probe
         self.chunk_probe: Optional[dict] = None
+        # the order the job's last timed exchange chose (gluondist.kv.order)
+        self.send_order: Optional[dict] = None
 
     def compress(self, kv, compression: Optional[cmp.Compression]) -> None:
         """Give the distributed kvstore ``kv`` the kvstore-wide compression a trainer asks for

@@ -34,3 +34,21 @@ def test_fused_small_gradients_train_bit_equal_to_each_on_its_own(launch, tmp_pa
             "workers fuse small gradients up to different sizes (GLUONDIST_FUSE_BYTES, "
             "chunk_bytes); every worker of a job must run the same training calls in order, "
             "with the same settings")
+
+
+def test_the_order_the_job_chooses_trains_bit_equal_to_backward_order(launch, tmp_path):
+    """ResNet-18 v1 (by fit and by a loop of one's own), an LSTM and an MLP, 5 steps each in
+    16 KiB chunks, in one job of two workers and two servers: in backward's order throughout,
+    then timed at steps 3 and 4 (every worker's times gathered) and sent in the mixed order after it."""
+    job = launch("-n", 2, "-s", 2, SCRIPTS / "order_job.py", tmp_path)
+    assert job.wait(timeout=600) == 0, job.err
+    back, chosen = (dict(np.load(tmp_path / f"params.{r}.npz")) for r in ("backward", "chosen"))
+    assert sorted(chosen) == sorted(back) and len(back) > 100
+    for name, value in back.items():
+        assert np.array_equal(chosen[name], value), name
+    for rank in range(2):
+        assert (tmp_path / f"heads.backward.{rank}").read_text() == ""  # no step timed
+        heads = (tmp_path / f"heads.chosen.{rank}").read_text().split()
+        assert len(heads) == 4 and all(0 < float(h) <= 1 for h in heads), heads
+    # every worker chose the same heads, from the same gathered times
+    assert (tmp_path / "heads.chosen.0").read_text() == (tmp_path / "heads.chosen.1").read_text()
