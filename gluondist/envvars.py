@@ -40,6 +40,9 @@ GLUONDIST_CHUNKS_IN_FLIGHT = "GLUONDIST_CHUNKS_IN_FLIGHT"
 GLUONDIST_FUSE_BYTES = "GLUONDIST_FUSE_BYTES"
 # 1 (default): each chunk of a gradient updated as its sum comes back; 0: after the last pull
 GLUONDIST_CHUNK_UPDATES = "GLUONDIST_CHUNK_UPDATES"
+# The share (0 to 1) of the chunked bytes of a dist_sync step sent in backward's order, the rest
+# in forward order (gluondist.kv.order; 1: backward's order throughout; default: the job's choice)
+GLUONDIST_BACKWARD_SHARE = "GLUONDIST_BACKWARD_SHARE"
 # 1: run on an MXNet other than the one gluondist was tested with (gluondist.MXNET_SUPPORTED),
 # with a warning, where it is refused otherwise
 GLUONDIST_UNTESTED_MXNET = "GLUONDIST_UNTESTED_MXNET"
@@ -85,7 +88,8 @@ GLUONDIST_LINK_TIMEOUT = "GLUONDIST_LINK_TIMEOUT"
 # ssh they travel with the job although the other GLUONDIST_* names stay behind
 # (transports/ssh.py). docs/environment.md's "What you can set for a job" lists these.
 JOB_SETTINGS = (GLUONDIST_EXIT_GRACE, GLUONDIST_CHUNK_BYTES, GLUONDIST_FUSE_BYTES,
-                GLUONDIST_CHUNKS_IN_FLIGHT, GLUONDIST_CHUNK_UPDATES, GLUONDIST_UNTESTED_MXNET,
+                GLUONDIST_CHUNKS_IN_FLIGHT, GLUONDIST_CHUNK_UPDATES, GLUONDIST_BACKWARD_SHARE,
+                GLUONDIST_UNTESTED_MXNET,
                 MXNET_KVSTORE_BIGARRAY_BOUND, MXNET_BULK_BACKWARD, MXNET_BULK, PS_VERBOSE,
                 OMP_NUM_THREADS)
 # ps-lite's own settings (PS_VERBOSE, PS_RESEND, PS_HEARTBEAT_TIMEOUT, ...) are the job's too

@@ -3,7 +3,7 @@ library only, so that the launcher (``gluondist bench kvstore``) plans chunks wi
 from __future__ import annotations
 
 import os
-from typing import List, Mapping, Sequence, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 from .. import envvars
 
@@ -80,6 +80,23 @@ def chunk_updates_from_env(environ: Mapping[str, str] = os.environ) -> bool:
     return text == "1"
 
 
+def backward_share_from_env(environ: Mapping[str, str] = os.environ) -> Optional[float]:
+    """``GLUONDIST_BACKWARD_SHARE``, checked: the share (0 to 1) of a step's chunked bytes
+    sent in backward's order (gluondist.kv.order); None (unset): the job chooses it."""
+    text = environ.get(envvars.GLUONDIST_BACKWARD_SHARE)
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise ValueError(f"{envvars.GLUONDIST_BACKWARD_SHARE}={text!r}: give the share of a "
+                         "step's chunked bytes to send in backward's order, from 0 to 1 (1: "
+                         "backward's order throughout), or leave it unset for the job to choose")
+    return value
+
+
 def bigarray_bound_from_env(environ: Mapping[str, str] = os.environ) -> int:
     """MXNet's ``MXNET_KVSTORE_BIGARRAY_BOUND`` (else its default), checked: MXNet reads it as
     a C int, and a value it cannot read stops its scheduler and servers."""
@@ -95,6 +112,7 @@ def check_environment(environ: Mapping[str, str]) -> None:
     fuse_bytes_from_env(chunk_bytes_from_env(environ), environ)
     chunks_in_flight_from_env(environ)
     chunk_updates_from_env(environ)
+    backward_share_from_env(environ)
     bigarray_bound_from_env(environ)
 
 

@@ -34,13 +34,15 @@ class Exchange:
     overlaps the push of the next, sent by ``wire`` (see :mod:`gluondist.kv.compression`).
     Small whole gradients travel fused, up to ``fuse_bytes`` on one key spread over the
     ``servers`` (see :mod:`gluondist.kv.fusion`; 0: each on its own), with MXNet's own wire
-    (no compression) and the updates here."""
+    (no compression) and the updates here. The gradients go in the order of
+    :mod:`gluondist.kv.order`: the first ``backward_share`` of the chunked bytes in backward's
+    order, the rest in forward order (None: the share measured in a job)."""
 
     def __init__(self, params: Sequence, updates: Updates, kv=None,
                  servers_update: bool = False, offset: int = 0,
                  chunks: Optional[Sequence[Bounds]] = None, staging: Optional[Staging] = None,
                  wire: Optional[cmp.Compression] = None, fuse_bytes: int = 0,
-                 servers: int = 1):
+                 servers: int = 1, backward_share: Optional[float] = None):
         self.params, self.updates, self.kv = list(params), updates, kv
         self.servers_update = servers_update
         self.chunks = [list(c) for c in chunks] if chunks is not None else \
@@ -65,9 +67,12 @@ class Exchange:
         self._sparse = {i for i, p in enumerate(self.params)
                         if _mx.storage(p) == ("default", "row_sparse")}
         self.stand_in = False  # this step's batch is a stand-in (TrainStep.loss_scale)
-        # the order the gradients go in, chosen at a step timed (see order.py)
-        self.order = Order([sum(b - a for a, b in c) if len(c) > 1 else 0 for c in self.chunks],
-                           self.distributed and not servers_update and kv is NODE.kv)
+        # the order the gradients go in: its head's share given, or chosen at steps timed
+        # (see order.py)
+        self.order = Order([sum(b - a for a, b in c) * np.dtype(p.dtype).itemsize
+                            if len(c) > 1 else 0 for c, p in zip(self.chunks, self.params)],
+                           self.distributed and not servers_update and kv is NODE.kv,
+                           backward_share)
 
     @property
     def distributed(self) -> bool:
@@ -158,7 +163,7 @@ class Exchange:
                     self.kv.pushpull(self.first[i], p.list_grad(), out=p.list_data(),
                                      priority=-i)
             return
-        timed = self.order.timing([g for _, p in trained for g in p.list_grad()])
+        timed = self.order.timing(trained)
         landing = early and self.early and self.updates.begin()
         self.wire.begin([k for i, _ in trained for k in self.keys(i)])
         sent = set()
@@ -178,10 +183,10 @@ class Exchange:
         for i, p in trained:
             if i in self._sparse:
                 self._rows(p.list_grad())
+        if timed:  # before the wire's check, which may raise
+            self.order.timed(trained)
         if check:
             self.wire.check()
-        if timed:
-            self.order.timed()
 
     def _rows(self, grads: list) -> None:
         """A row-sparse gradient summed over the devices and workers, in place: the rows any

@@ -13,16 +13,21 @@ order, as P3 and ByteScheduler send by priority. Parameters sent whole or fused 
 they go once made, in the same sequence.
 
 The two times are measured once, at :data:`TIMED` steps from :data:`MEASURE_AT` on, of an
-exchange on the job's kvstore: those steps wait for backward to end before they send anything,
-then for their sums (and the step before them for its sums, so that what they wait for is
-their own passes). Every worker gets every worker's times (an allgather), so every worker
-sends in the same order. Until then, and where nothing is measured (outside a job, dist_async,
-a kvstore of ``mx.kv.create``, no chunked gradient), gradients go in backward's order.
+exchange on the job's kvstore: those steps wait for backward's gradients before they send
+anything (backward's time: from the first gradient made to the last, the window the pushes can
+overlap), then for every worker, then for their sums (the exchange's time alone); the step
+before them ends with its sums landed, so that what they wait for is their own passes. Every
+worker gets every worker's times (an allgather), so every worker sends in the same order.
+Until then, and where nothing is measured (outside a job, dist_async, a kvstore of
+``mx.kv.create``, no chunked gradient), gradients go in backward's order.
+``GLUONDIST_BACKWARD_SHARE`` gives the head's share instead (1: backward's order throughout),
+and then no step is timed.
 
-Measured (docs/measured.md): on ResNet-18 v1 over 200 Mbit/s links with 4 workers the job
-chose a head of 12% (one layer, 21% of the bytes) and its epochs were 1.1% shorter than in
-backward's order throughout; on MobileNet 1.0 at 1 Gbit/s, where the passes fill the cores,
-the order made no difference.
+Measured (docs/measured.md), before backward's time was the window from the first gradient:
+on ResNet-18 v1 over 200 Mbit/s links with 4 workers the job chose a head of 12% (one layer,
+21% of the bytes), and its median epoch was 1.1% shorter than in backward's order throughout
+(-0.1% to 1.9% by round); on MobileNet 1.0 at 1 Gbit/s, where the passes fill the cores, fixed
+heads of a quarter and a half made no difference.
 """
 from __future__ import annotations
 
@@ -45,46 +50,66 @@ MARGIN = 2.0
 
 class Order:
     """The order of an exchange's trained parameters, given each one's chunked ``sizes``
-    (elements; 0 for one sent whole or fused)."""
+    (bytes; 0 for one sent whole or fused). ``share``: the head's share, fixed
+    (GLUONDIST_BACKWARD_SHARE); else it is measured where ``measured``."""
 
-    def __init__(self, sizes: Sequence[int], measured: bool):
+    def __init__(self, sizes: Sequence[int], measured: bool, share: Optional[float] = None):
         self.sizes = list(sizes)
-        self.measured = measured and sum(self.sizes) > 0  # whether this exchange measures
-        self.head: Optional[float] = None  # the head's share of the chunked bytes (None: all)
+        # whether this exchange times steps (a probe's or a bench's trainer does not)
+        self.measured = measured and share is None and sum(self.sizes) > 0
+        self.head: Optional[float] = share  # the head's share of the chunked bytes (None: all)
         self.steps = 0
         self._start = 0.0
         self._times: List[List[float]] = []  # each timed step's backward and exchange
+        self._made: dict = {}  # the order made for a (trained indices, head)
 
     def of(self, trained: List[Tuple[int, object]]) -> list:
         """``trained`` (index, parameter) in the order to send them: backward's (reversed)
-        until the head's share of the chunked elements, then forward's."""
-        back = list(reversed(trained))
-        total = sum(self.sizes[i] for i, _ in back)
-        if self.head is None or self.head >= 1 or not total:
-            return back
-        got, n = 0, 0
-        while n < len(back) and got < self.head * total:
-            got += self.sizes[back[n][0]]
-            n += 1
+        until the head's share of the chunked bytes, then forward's."""
+        indices = tuple(i for i, _ in trained)
+        n = self._made.get((indices, self.head))
+        if n is None:
+            n = self._made[indices, self.head] = self._split(indices[::-1])[0]
+        back = trained[::-1]
         return back[:n] + back[n:][::-1]
 
-    def timing(self, grads: Sequence) -> bool:
+    def _split(self, back: Sequence[int]) -> Tuple[int, float]:
+        """How many of ``back`` (indices, backward's order) form the head, and the share of
+        the chunked bytes they hold."""
+        total = sum(self.sizes[i] for i in back)
+        if self.head is None or self.head >= 1 or not total:
+            return len(back), 1.0
+        got, n = 0, 0
+        while n < len(back) and got < self.head * total:
+            got += self.sizes[back[n]]
+            n += 1
+        return n, got / total
+
+    def timing(self, trained: List[Tuple[int, object]]) -> bool:
         """At the start of a step's exchange: whether :meth:`timed` is to end it (the step
         before the timed ones ends with its sums landed, so that what a timed one waits for
-        is its own passes). If this step is timed, wait for backward to make every one of
-        ``grads`` (arrays), and keep how long that took."""
+        is its own passes). If this step is timed, wait for backward's gradients: the time
+        from the first one made (the last parameter's) to the last is the window the pushes
+        can overlap; then every worker waits for the others, so that the exchange's time is
+        its own, not another worker's passes."""
         self.steps += 1
-        if not self.measured or not MEASURE_AT - 1 <= self.steps < MEASURE_AT + TIMED:
+        if not self.measured or not trained or \
+                not MEASURE_AT - 1 <= self.steps < MEASURE_AT + TIMED:
             return False
         if self.steps >= MEASURE_AT:
-            start = time.perf_counter()
-            for grad in grads:
+            last = trained[-1][1]  # backward makes its gradient first
+            for grad in last.list_grad():
                 grad.wait_to_read()
+            first = time.perf_counter()
+            for _, param in trained:
+                for grad in param.list_grad():
+                    grad.wait_to_read()
+            self._times.append([time.perf_counter() - first])
+            NODE.barrier()
             self._start = time.perf_counter()
-            self._times.append([self._start - start])
         return True
 
-    def timed(self) -> None:
+    def timed(self, trained: List[Tuple[int, object]]) -> None:
         """At the end of such a step's exchange: wait for its sums; after the last timed
         step, choose the head from every worker's times (the slowest backward over the
         slowest exchange)."""
@@ -101,8 +126,11 @@ class Order:
         table = NODE.allgather([backward, exchange])
         backward_s, exchange_s = float(table[:, 0].max()), float(table[:, 1].max())
         self.head = min(1.0, MARGIN * backward_s / exchange_s) if exchange_s > 0 else 1.0
-        NODE.send_order = {"backward_s": backward_s, "exchange_s": exchange_s, "head": self.head}
+        share = self._split([i for i, _ in reversed(trained)])[1]
+        NODE.send_order = {"backward_s": backward_s, "exchange_s": exchange_s,
+                           "head": self.head, "share": share}
         said = log.info if NODE.rank() == 0 else log.debug
         said("gluondist: backward %.0f ms, the exchange alone %.0f ms: the first %.0f%% of the "
-             "chunked bytes go in backward's order, the rest in forward order",
-             backward_s * 1e3, exchange_s * 1e3, self.head * 100)
+             "chunked bytes go in backward's order, the rest in forward order; "
+             "GLUONDIST_BACKWARD_SHARE overrides", backward_s * 1e3, exchange_s * 1e3,
+             share * 100)

@@ -14,8 +14,8 @@ import numpy as np
 from .. import _mx, devices, envvars as ev
 from .._mx import mx
 from . import compression as cmp, tuning
-from .chunks import (CHUNK_BYTES, chunk_bounds, chunk_bytes_from_env, chunk_updates_from_env,
-                     chunks_in_flight_from_env, fuse_bytes_from_env)
+from .chunks import (CHUNK_BYTES, backward_share_from_env, chunk_bounds, chunk_bytes_from_env,
+                     chunk_updates_from_env, chunks_in_flight_from_env, fuse_bytes_from_env)
 from .exchange import Exchange
 from .kinds import Mode
 from .node import NODE
@@ -237,12 +237,12 @@ def _check_sendable(params, dense_only: bool = False, sparse: str = "") -> None:
 def _chunking(chunk_bytes: Optional[int]) -> Tuple[Optional[int], int]:
     """``chunk_bytes`` (None: GLUONDIST_CHUNK_BYTES's, if set) and the chunks in flight per
     server, from the environment, whose chunk settings are refused here in one line in any
-    process, GLUONDIST_CHUNK_UPDATES too."""
+    process, GLUONDIST_CHUNK_UPDATES and GLUONDIST_BACKWARD_SHARE too."""
     if chunk_bytes is None and ev.GLUONDIST_CHUNK_BYTES in os.environ:
         chunk_bytes = chunk_bytes_from_env()
     fuse_bytes_from_env(CHUNK_BYTES if chunk_bytes is None else chunk_bytes)
     in_flight = chunks_in_flight_from_env()
-    chunk_updates_from_env()
+    chunk_updates_from_env(), backward_share_from_env()
     return chunk_bytes, in_flight
 
 
@@ -288,7 +288,7 @@ def _distributed(kv, mode: Mode, params, updates: Updates, chunk_bytes: Optional
                       max((b - a for c in chunks if len(c) > 1 for a, b in c), default=0))
     # small whole gradients fused (by default up to a chunk's size), spread over the servers
     exchange = Exchange(params, updates, kv, servers_update, offset, chunks, staging, wire,
-                        fuse_bytes=fuse_bytes, servers=servers)
+                        fuse_bytes, servers, backward_share_from_env())
     if chunk_updates_from_env():
         exchange.plan()
     exchange.join()

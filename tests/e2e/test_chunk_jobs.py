@@ -1,5 +1,7 @@
 """Chunked gradients, and small ones fused, in real 2-worker jobs: bit-equal to sending each
 whole on its own key (the chunking itself, in one process, is training/test_chunks.py)."""
+import json
+
 import numpy as np
 
 from conftest import SCRIPTS
@@ -52,3 +54,17 @@ def test_the_order_the_job_chooses_trains_bit_equal_to_backward_order(launch, tm
         assert len(heads) == 4 and all(0 < float(h) <= 1 for h in heads), heads
     # every worker chose the same heads, from the same gathered times
     assert (tmp_path / "heads.chosen.0").read_text() == (tmp_path / "heads.chosen.1").read_text()
+    # the last step issued the parameters last first throughout, then (the head at 40%) last
+    # first and then first first
+    for rank in range(2):
+        back, chosen = (json.loads((tmp_path / f"issued.{r}.{rank}.json").read_text())
+                        for r in ("backward", "chosen"))
+        assert sorted(back) == sorted(chosen) == ["lstm.fit", "mlp.fit", "resnet18_v1.fit",
+                                                  "resnet18_v1.loop"]
+        for net, order in back.items():
+            assert order == sorted(order, reverse=True) and len(order) > 1, (net, order)
+            turn = next(k for k in range(1, len(chosen[net]))
+                        if chosen[net][k] > chosen[net][k - 1])
+            head, rest = chosen[net][:turn], chosen[net][turn - 1:]
+            assert head == sorted(head, reverse=True) and rest == sorted(rest), (net, chosen)
+            assert head[0] == order[0] and sorted(chosen[net]) == sorted(order), (net, chosen)
