@@ -464,7 +464,7 @@ def main():
     runs = {(w, arm): [] for w in args.workers for arm in args.arms}
     lost = {key: [] for key in runs}  # [drops, retransmissions] per job
     chose = {key: [] for key in runs}  # the chunk size each gluondist job chose
-    heads = {key: [] for key in runs}  # the share sent in backward's order (gluondist.kv.order)
+    heads = {key: [] for key in runs}  # the head's share each job chose (gluondist.kv.order)
     busy = {key: [] for key in runs}  # the machine's cores busy, median epoch after the first
     retried = {key: [] for key in runs}  # Horovod's jobs run again (horovod_job)
     result = {"command": shlex.join(["python", *sys.argv]), "rate": args.rate,

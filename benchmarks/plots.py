@@ -16,13 +16,17 @@ Reads (each written by the command in parentheses, run from benchmarks/):
                          as root)
   peers_512k.json       (python peers.py --horovod-python PY --json results/peers_512k.json,
                          as root, when 512 KiB was the chunk size)
+  peers_resnet18_order5.json, peers_mobilenet_rounds5.json, peers_mlp_rounds5.json
+                        (python peers.py ... --rounds 5, as root: the commands are in each
+                         file's "command" and on docs/measured.md)
 and writes fit_vs_hand.png (each pair's fit/hand ratio, arrays and DataLoader), kvstore.png
 (the bench table: step time against servers per layout, with the cost model's line),
 workers.png (throughput against workers, per layout, with the cost model's line),
 compression_accuracy.png (validation accuracy per epoch, a line per compression, a panel per
 model), peers.png (epoch time against workers, gluondist's layouts and Horovod, with each
 one's byte bound), links.png (each link's rate over one epoch, gluondist with 512 KiB chunks
-and as it is against Horovod, per worker count of peers.py's --timeline) and
+and as it is against Horovod, per worker count of peers.py's --timeline), models.png
+(gluondist's speed over Horovod's on real models, each round and the median) and
 learning_curve.png (History.plot of the first fit on docs/index.md, its block run as it is).
 """
 import argparse
@@ -187,6 +191,56 @@ def links(results, path):
     fig.savefig(path)
 
 
+# the runs of real models at both sides' defaults, 5 alternating rounds each
+MODEL_RUNS = ("peers_resnet18_order5.json", "peers_mobilenet_rounds5.json", "peers_mlp_rounds5.json")
+
+
+def models(results, path):
+    """gluondist's speed ÷ Horovod's on real models, at both sides' defaults: a column per
+    layout (net, links, workers, arm) of MODEL_RUNS, each round's ratio a dot and the median
+    a bar, against Horovod's defaults and (where the run had it) autotuned Horovod."""
+    from matplotlib.figure import Figure
+    columns = []
+    for name in MODEL_RUNS:
+        with open(os.path.join(results, name)) as f:
+            saved = json.load(f)
+        rows = saved["rows"]
+        for row in rows:
+            if row["trains"] != "gluondist":
+                continue
+            peers = {r["arm"]: r["rounds"] for r in rows
+                     if r["trains"] == "horovod" and r["workers"] == row["workers"]}
+            label = (f"{saved['model']}\n{saved['rate']}, W={row['workers']}"
+                     f"\n{row['arm'].replace('gluondist ', '')}")
+            columns.append((label, {arm: [h / g for h, g in zip(peer, row["rounds"])]
+                                    for arm, peer in peers.items()}))
+    fig = Figure(figsize=(1.6 * len(columns) + 2, 4.5))
+    ax = fig.subplots()
+    arms = list(dict.fromkeys(arm for _, against in columns for arm in against))
+    width = 0.8 / len(arms)
+    for k, arm in enumerate(arms):
+        colour = f"C{k}"
+        for x, (_, against) in enumerate(columns):
+            ratios = against.get(arm)
+            if not ratios:
+                continue
+            at = x - 0.4 + width * (k + 0.5)
+            ax.bar(at, sorted(ratios)[len(ratios) // 2], width * 0.9, color=colour, alpha=0.4,
+                   label=f"against {arm}" if x == 0 or arm not in columns[0][1] else None)
+            ax.plot([at] * len(ratios), ratios, "o", color=colour, markersize=3)
+    ax.axhline(1, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(columns)))
+    ax.set_xticklabels([label for label, _ in columns], fontsize="small")
+    ax.set_ylim(0.8, max(1.4, ax.get_ylim()[1]))
+    ax.set_ylabel("gluondist's speed / Horovod's")
+    ax.set_title("Real models at the defaults: each round (dots) and the median (bars)")
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(dict(zip(labels, handles)).values(), dict(zip(labels, handles)).keys(),
+              fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
 def learning_curve(path):
     """History.plot of the first fit on Getting started: that page's block, run as it is in a
     scratch directory (it writes ckpt/ and curves.png there)."""
@@ -217,6 +271,7 @@ def main(argv=None):
     compression_accuracy(args.results, os.path.join(args.out, "compression_accuracy.png"))
     peers(args.results, os.path.join(args.out, "peers.png"))
     links(args.results, os.path.join(args.out, "links.png"))
+    models(args.results, os.path.join(args.out, "models.png"))
     learning_curve(os.path.join(args.out, "learning_curve.png"))
 
 

@@ -32,7 +32,7 @@ def test_the_plots_are_drawn_by_the_command(tmp_path):
     plots.main(["--out", str(tmp_path)])  # from benchmarks/results/, and docs/index.md's fit
     drawn = sorted(p.name for p in tmp_path.iterdir())
     assert drawn == ["compression_accuracy.png", "fit_vs_hand.png", "kvstore.png",
-                     "learning_curve.png", "links.png", "peers.png", "workers.png"]
+                     "learning_curve.png", "links.png", "models.png", "peers.png", "workers.png"]
     measured = (ROOT / "docs" / "measured.md").read_text()
     assert sorted(re.findall(r"\]\(img/(\w+\.png)\)", measured)) == drawn
     assert all((ROOT / "docs" / "img" / name).is_file() for name in drawn)
@@ -46,3 +46,5 @@ def test_the_plots_are_drawn_by_the_command(tmp_path):
     assert '"compression_accuracy.json"' in (ROOT / "benchmarks" / "plots.py").read_text()
     assert "benchmarks/results/peers.json" in measured  # the peers and links plots' run
     assert '"peers.json"' in (ROOT / "benchmarks" / "plots.py").read_text()
+    for run in plots.MODEL_RUNS:  # the models plot's runs, each named on the page
+        assert f"benchmarks/results/{run}" in measured or run in measured, run
