@@ -18,14 +18,15 @@ anything (backward's time: from the first gradient made to the last, the window 
 overlap), then for every worker, then for their sums (the exchange's time alone); the step
 before them ends with its sums landed, so that what they wait for is their own passes. Every
 worker gets every worker's times (an allgather), so every worker sends in the same order.
-Until then, and where nothing is measured (outside a job, dist_async, a kvstore of
-``mx.kv.create``, no chunked gradient), gradients go in backward's order.
+Until then, and where nothing is measured (outside a job, a kvstore of ``mx.kv.create``, no
+chunked gradient), gradients go in backward's order; dist_async sends them in the parameters'
+order.
 ``GLUONDIST_BACKWARD_SHARE`` gives the head's share instead (1: backward's order throughout),
 and then no step is timed.
 
 Measured (docs/measured.md), before backward's time was the window from the first gradient:
 on ResNet-18 v1 over 200 Mbit/s links with 4 workers the job chose a head of 12% (one layer,
-21% of the bytes), and its median epoch was 1.1% shorter than in backward's order throughout
+21% of the bytes), and its median epoch was 1.0% shorter than in backward's order throughout
 (-0.1% to 1.9% by round); on MobileNet 1.0 at 1 Gbit/s, where the passes fill the cores, fixed
 heads of a quarter and a half made no difference.
 """
