@@ -32,6 +32,7 @@ learning_curve.png (History.plot of the first fit on docs/index.md, its block ru
 import argparse
 import json
 import os
+import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -225,8 +226,8 @@ def models(results, path):
             if not ratios:
                 continue
             at = x - 0.4 + width * (k + 0.5)
-            ax.bar(at, sorted(ratios)[len(ratios) // 2], width * 0.9, color=colour, alpha=0.4,
-                   label=f"against {arm}" if x == 0 or arm not in columns[0][1] else None)
+            ax.bar(at, statistics.median(ratios), width * 0.9, color=colour, alpha=0.4,
+                   label=f"against {arm}")
             ax.plot([at] * len(ratios), ratios, "o", color=colour, markersize=3)
     ax.axhline(1, color="black", linewidth=0.8)
     ax.set_xticks(range(len(columns)))
@@ -234,9 +235,8 @@ def models(results, path):
     ax.set_ylim(0.8, max(1.4, ax.get_ylim()[1]))
     ax.set_ylabel("gluondist's speed / Horovod's")
     ax.set_title("Real models at the defaults: each round (dots) and the median (bars)")
-    handles, labels = ax.get_legend_handles_labels()
-    ax.legend(dict(zip(labels, handles)).values(), dict(zip(labels, handles)).keys(),
-              fontsize="small")
+    shown = dict(zip(*ax.get_legend_handles_labels()[::-1]))  # one entry per arm
+    ax.legend(shown.values(), shown.keys(), fontsize="small")
     fig.tight_layout()
     fig.savefig(path)
 

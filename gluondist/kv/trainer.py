@@ -57,7 +57,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     :mod:`gluondist.kv.compression`); chunks are compressed alone."""
     compression = cmp.parse(compression)
     params, stages, num_contexts = _parameters(params, num_contexts)
-    chunk_bytes, in_flight = _chunking(chunk_bytes)
+    chunk_bytes, in_flight, share = _chunking(chunk_bytes)
     kv = NODE.create(kvstore, num_contexts) if isinstance(kvstore, str) or kvstore is None \
         else kvstore
     mode = Mode.of(kv)
@@ -73,7 +73,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, kvstore="auto",
     updates = trainer.exchange.updates
     if mode is not None and mode.distributed:
         trainer.exchange = _distributed(
-            kv, mode, params, updates, chunk_bytes, in_flight, compression,
+            kv, mode, params, updates, chunk_bytes, in_flight, share, compression,
             None if batch_size is None else _mx.grad_scale(trainer) / batch_size)
     elif kv is not None:
         _check_sendable(params, dense_only=True, sparse="")
@@ -234,20 +234,20 @@ def _check_sendable(params, dense_only: bool = False, sparse: str = "") -> None:
                 "of the trainer's parameters")
 
 
-def _chunking(chunk_bytes: Optional[int]) -> Tuple[Optional[int], int]:
-    """``chunk_bytes`` (None: GLUONDIST_CHUNK_BYTES's, if set) and the chunks in flight per
-    server, from the environment, whose chunk settings are refused here in one line in any
-    process, GLUONDIST_CHUNK_UPDATES and GLUONDIST_BACKWARD_SHARE too."""
+def _chunking(chunk_bytes: Optional[int]) -> Tuple[Optional[int], int, Optional[float]]:
+    """``chunk_bytes`` (None: GLUONDIST_CHUNK_BYTES's, if set), the chunks in flight per
+    server and GLUONDIST_BACKWARD_SHARE, from the environment, whose chunk settings are refused
+    here in one line in any process, GLUONDIST_CHUNK_UPDATES too."""
     if chunk_bytes is None and ev.GLUONDIST_CHUNK_BYTES in os.environ:
         chunk_bytes = chunk_bytes_from_env()
     fuse_bytes_from_env(CHUNK_BYTES if chunk_bytes is None else chunk_bytes)
     in_flight = chunks_in_flight_from_env()
-    chunk_updates_from_env(), backward_share_from_env()
-    return chunk_bytes, in_flight
+    chunk_updates_from_env()
+    return chunk_bytes, in_flight, backward_share_from_env()
 
 
 def _distributed(kv, mode: Mode, params, updates: Updates, chunk_bytes: Optional[int],
-                 in_flight: int, compression: Optional[cmp.Compression],
+                 in_flight: int, share: Optional[float], compression: Optional[cmp.Compression],
                  async_scale: Optional[float]) -> Exchange:
     """The exchange of a job's trainer, joined: keys of its own, in chunks (None: the job's
     chosen size, gluondist.kv.tuning); worker 0's parameters everywhere, (dist_async) the
@@ -288,7 +288,7 @@ def _distributed(kv, mode: Mode, params, updates: Updates, chunk_bytes: Optional
                       max((b - a for c in chunks if len(c) > 1 for a, b in c), default=0))
     # small whole gradients fused (by default up to a chunk's size), spread over the servers
     exchange = Exchange(params, updates, kv, servers_update, offset, chunks, staging, wire,
-                        fuse_bytes, servers, backward_share_from_env())
+                        fuse_bytes, servers, share)
     if chunk_updates_from_env():
         exchange.plan()
     exchange.join()
