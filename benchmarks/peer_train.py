@@ -10,7 +10,8 @@ hybridization on either side. MODEL a model-zoo name, with ``@SIZE`` for inputs 
 SIZE (default 32), such as ``resnet18_v1@96`` or ``mobilenet1.0``: that net with 10 classes,
 hybridized on both sides, random images, 32 samples per worker per step, 4 steps an epoch.
 Either way SGD with momentum, one OpenMP thread a worker. Worker 0 writes
-``{"epoch_seconds": [...], "chunk_bytes": ..., "order": ..., "busy_cores": [...]}`` to OUT,
+``{"epoch_seconds": [...], "chunk_bytes": ..., "probe": ..., "order": ..., "busy_cores": [...]}``
+to OUT,
 each epoch timed to the end of its last update
 (``mx.nd.waitall()``); with STEPS_LOG, also the wall clock of each step and epoch end (for the
 link timelines).
@@ -241,6 +242,16 @@ def chosen_chunk_bytes():
     return None if tuning is None else tuning.chosen()
 
 
+def chunk_probe():
+    """What that choice rests on: each candidate size's seconds for one sum in the probe, by
+    size, and the sums a measurement took (None: no probe, or no gluondist imported)."""
+    tuning = sys.modules.get("gluondist.kv.tuning")
+    probe = None if tuning is None else tuning.probed()
+    return None if probe is None else {"seconds": {str(c): s for c, s in
+                                                   probe["seconds"].items()},
+                                       "sums": probe.get("sums")}
+
+
 def chosen_order():
     """The order this process's gluondist job chose (gluondist.kv.order: backward's time, the
     exchange's alone, the head's share; None: not timed, or no gluondist imported)."""
@@ -278,7 +289,8 @@ def main():
     if seconds is not None:
         with open(out, "w") as f:  # the chunk size a gluondist job chose (None: given, Horovod)
             json.dump({"epoch_seconds": seconds, "chunk_bytes": chosen_chunk_bytes(),
-                       "order": chosen_order(), "busy_cores": CORES.busy}, f)
+                       "probe": chunk_probe(), "order": chosen_order(),
+                       "busy_cores": CORES.busy}, f)
         stamps.save()
 
 

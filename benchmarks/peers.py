@@ -36,7 +36,11 @@ the links dropped (tc tbf's queues, both ends of every host's cable) and the TCP
 hosts sent again, summed over the hosts (``dropped_resent``); and the machine's cores busy
 over the job's epochs after the first (``busy_cores``: their median per job, from /proc/stat;
 the hosts share the machine's cores, so it counts the workers, the servers and the kernel's
-network work alike).
+network work alike). For gluondist's jobs, the chunk size each chose (``chunks_chosen``), the
+probe's table that choice rests on (``chunk_probes``: each size's seconds for one sum and the
+sums a measurement took; the seconds alone in results/peers_resnet18_1gbit_probe.json and
+peers_resnet18_1gbit_sums.json, the first runs to keep it) and the head of its order
+(``heads_chosen``).
 
 ``--env K=V`` sets K=V in every gluondist job (``gluondist launch --env``), such as
 GLUONDIST_CHUNK_BYTES=65536; ``--variant LABEL=K=V[,K=V]`` adds an arm ``gluondist S=W
@@ -464,6 +468,7 @@ def main():
     runs = {(w, arm): [] for w in args.workers for arm in args.arms}
     lost = {key: [] for key in runs}  # [drops, retransmissions] per job
     chose = {key: [] for key in runs}  # the chunk size each gluondist job chose
+    probes = {key: [] for key in runs}  # what it rests on: each size's seconds in the probe
     heads = {key: [] for key in runs}  # the head's share each job chose (gluondist.kv.order)
     busy = {key: [] for key in runs}  # the machine's cores busy, median epoch after the first
     retried = {key: [] for key in runs}  # Horovod's jobs run again (horovod_job)
@@ -486,6 +491,7 @@ def main():
                               env=env, mode=side(arm)[1], model=args.model)
                     seconds = ran["epoch_seconds"]
                     chose[w, arm].append(ran.get("chunk_bytes"))
+                    probes[w, arm].append(ran.get("probe"))
                     heads[w, arm].append((ran.get("order") or {}).get("head"))
                     lost[w, arm].append([b - a for a, b in zip(before, losses(cluster))])
                     runs[w, arm].append(statistics.median(seconds[1:]))
@@ -517,6 +523,7 @@ def main():
                    "rounds": runs[w, arm], "bound_s": bound_s(arm_of, w, bits, chunk, sizes,
                                                                   model.steps),
                    "dropped_resent": lost[w, arm], "chunks_chosen": chose[w, arm],
+                   "chunk_probes": probes[w, arm],
                    "heads_chosen": heads[w, arm],
                    "busy_cores": busy[w, arm], "horovod_retries": retried[w, arm],
                    "horovod_speed_ratio":

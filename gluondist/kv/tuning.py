@@ -8,7 +8,8 @@ links whose queues hold about 1.5 MB, 512 KiB chunks in flight overfilled them (
 dropped and resent) and 64 KiB was faster by 13-17% (see chunks.py). So the first trainer of
 a process that has a gradient to cut measures: a probe array of up to :data:`PROBE_BYTES`
 summed over the job through a trainer of each of :data:`CANDIDATES`, as the exchange sends a
-gradient, :data:`ROUNDS` times each in alternating order after one unmeasured pass. Each
+gradient, :data:`ROUNDS` times each in alternating order after one unmeasured pass (where a
+sum is quick, each time several sums back to back, see :data:`MEASURE_S`). Each
 measurement is the slowest worker's, and every worker gets the same table (an allgather), so
 every worker picks the same size: the largest within :data:`WITHIN` of the fastest, as larger
 chunks cost the workers and servers less. MXNet cannot delete keys: the probe's stay on the
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -39,6 +40,18 @@ ROUNDS = 2
 # and 64 KiB within 3% of each other while 256 KiB trained 5% slower than 128 KiB; on one
 # host 256 KiB takes 1.36 times as long as 512 KiB, far outside it.
 WITHIN = 1.02
+# A measurement is several sums back to back where one sum is quick, its time per sum: one
+# quick sum is noisy, and its ramp (its first chunk waits for a push, its last for a pull),
+# which a training step's many layers fill, weighs most on large chunks. On 1 Gbit/s links (a
+# server beside each worker) one sum of 8 MiB took about 95 ms, 128 to 512 KiB came within 2.5
+# to 6% of each other in no steady order, and single sums chose 128 KiB in 6 of 19 jobs of
+# ResNet-18 v1 (benchmarks/results/peers_resnet18_1gbit.json, ..._1gbit_probe.json), whose
+# epochs were 7 to 13% longer than the 512 KiB jobs' at 2 and 3 workers; with several sums a
+# measurement, in 1 of 15 (peers_resnet18_1gbit_sums.json). So a measurement is as many sums
+# as take about MEASURE_S by the slowest worker's unmeasured pass, up to MOST_SUMS: one where a
+# sum takes 0.27 s or more, as an 8 MiB probe does on 200 Mbit/s links (not a smaller probe).
+MEASURE_S = 0.4
+MOST_SUMS = 4
 
 
 def probe_bytes(params: Sequence) -> int:
@@ -75,8 +88,9 @@ def chunk_bytes(kv, params: Sequence, compression, make) -> int:
         return CHUNK_BYTES
     if NODE.chunk_probe is not None and NODE.chunk_probe["bytes"] >= nbytes:
         return chosen()
-    seconds = measure(nbytes, make)
-    NODE.chunk_probe = {"bytes": nbytes, "seconds": dict(zip(CANDIDATES, seconds))}
+    seconds, sums = measure(nbytes, make)
+    NODE.chunk_probe = {"bytes": nbytes, "seconds": dict(zip(CANDIDATES, seconds)),
+                        "sums": sums}
     size = chosen()
     rows = ", ".join(f"{c >> 10} KiB {s * 1e3:.1f} ms" for c, s in zip(CANDIDATES, seconds))
     said = log.info if size != CHUNK_BYTES and NODE.rank() == 0 else log.debug
@@ -85,9 +99,10 @@ def chunk_bytes(kv, params: Sequence, compression, make) -> int:
     return size
 
 
-def measure(nbytes: int, make) -> List[float]:
+def measure(nbytes: int, make) -> Tuple[List[float], int]:
     """Each candidate's time for one sum of ``nbytes`` over the job: the best of ROUNDS, each
-    the slowest worker's."""
+    the slowest worker's mean over the sums of a measurement, and how many those were (see
+    :func:`sums_per_measurement`)."""
     trainers = []
     for c in CANDIDATES:
         param = mx.gluon.Parameter(f"gluondist_probe_{c}", shape=(nbytes // 4,))
@@ -95,16 +110,25 @@ def measure(nbytes: int, make) -> List[float]:
         trainers.append(make([param], chunk_bytes=c))
         trainers[-1].exchange.order.measured = False  # its sums only, no step timed
         param.grad()[:] = 1
-    table = np.zeros((ROUNDS + 1, len(CANDIDATES)))
+    table, sums = np.zeros((ROUNDS + 1, len(CANDIDATES))), 1
     for r in range(ROUNDS + 1):  # the first pass is not counted
         order = range(len(CANDIDATES)) if r % 2 else reversed(range(len(CANDIDATES)))
         for i in order:
             start = time.perf_counter()
-            trainers[i].allreduce_grads()
+            for _ in range(sums):
+                trainers[i].allreduce_grads()
             mx.nd.waitall()
-            table[r, i] = time.perf_counter() - start
+            table[r, i] = (time.perf_counter() - start) / sums
+        if r == 0:  # the same count on every worker: from the slowest's first pass
+            sums = sums_per_measurement(float(NODE.allgather(table[0]).max(axis=0).mean()))
     slowest = NODE.allgather(table[1:].ravel()).max(axis=0).reshape(ROUNDS, len(CANDIDATES))
-    return [float(s) for s in slowest.min(axis=0)]
+    return [float(s) for s in slowest.min(axis=0)], sums
+
+
+def sums_per_measurement(seconds: float) -> int:
+    """Sums back to back in one measurement, where one sum took ``seconds``: about MEASURE_S
+    of them, from 1 to MOST_SUMS."""
+    return max(1, min(MOST_SUMS, round(MEASURE_S / seconds))) if seconds > 0 else MOST_SUMS
 
 
 def choose(seconds: Sequence[float], candidates: Sequence[int] = CANDIDATES,
@@ -124,6 +148,7 @@ def chosen() -> Optional[int]:
 
 
 def probed() -> Optional[dict]:
-    """What the choice rests on: the probe's ``bytes`` and each candidate's ``seconds`` (a
-    dict by chunk size; None before any probe)."""
+    """What the choice rests on: the probe's ``bytes``, each candidate's ``seconds`` for one
+    sum (a dict by chunk size) and the ``sums`` back to back each measurement took (None before
+    any probe)."""
     return NODE.chunk_probe

@@ -1,8 +1,10 @@
 """The chunk size a job chooses (gluondist.kv.tuning): the rule, what is probed, and that
-nothing is probed outside a synchronous job. The probe itself runs in real jobs:
+nothing is probed outside a synchronous job; the probe's measurements with the allgather and
+the clock stubbed. The probe itself runs in real jobs:
 e2e/test_models.py (every worker chooses the same), benchmarks/peers.py (what it chooses on
 shaped links)."""
 import mxnet as mx
+import numpy as np
 import pytest
 
 from gluondist import kvstore
@@ -76,3 +78,66 @@ def test_a_kvstore_made_by_mxnet_itself_is_not_probed(monkeypatch):
     monkeypatch.setattr(NODE, "kv", None)
     assert tuning.chunk_bytes(DistKV(), [param("big", (1000, 300))], None, probe) == \
         kvstore.CHUNK_BYTES
+
+
+@pytest.mark.parametrize("one_sum,sums", [
+    (0.020, 4),  # one host: as many as MOST_SUMS
+    (0.095, 4),  # 8 MiB on 1 Gbit/s links, 3 workers
+    (0.150, 3),
+    (0.300, 1),  # 200 Mbit/s links: one sum, as before
+    (0.500, 1),
+    (2.000, 1),  # never none
+    (0.0, 4),
+])
+def test_a_quick_sum_is_measured_several_times_back_to_back(one_sum, sums):
+    assert tuning.sums_per_measurement(one_sum) == sums
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class Summing:
+    """A probe trainer whose sum takes ``seconds`` on ``clock``, counted."""
+
+    def __init__(self, clock, seconds):
+        self.clock, self.seconds, self.sums = clock, seconds, 0
+        self.exchange = type("E", (), {"order": type("O", (), {"measured": True})()})()
+
+    def allreduce_grads(self):
+        self.sums += 1
+        self.clock.now += self.seconds
+
+
+@pytest.mark.parametrize("one_sum,other,sums", [
+    (0.1, 0.05, 4),  # the other worker faster: this one's count
+    (0.1, 0.5, 1),  # the other slower: its count, not this one's
+    (0.5, 0.1, 1),
+])
+def test_the_probe_measures_each_size_in_as_many_sums_as_the_slowest_first_pass_asks(
+        monkeypatch, one_sum, other, sums):
+    """After the unmeasured pass every worker takes the slowest worker's count (the
+    allgather), and a measurement's time is per sum."""
+    clock, made, gathered = Clock(), [], []
+    monkeypatch.setattr(tuning, "time", type("T", (), {"perf_counter": clock}))
+    monkeypatch.setattr(tuning.mx.nd, "waitall", lambda: None)
+
+    def allgather(x):  # this worker's times and another's
+        gathered.append(len(x))
+        return np.stack([x, np.full_like(x, other)])
+    monkeypatch.setattr(NODE, "allgather", allgather)
+
+    def make(params, chunk_bytes):
+        made.append(Summing(clock, one_sum))
+        return made[-1]
+    seconds, counted = tuning.measure(1 << 20, make)
+    assert counted == sums
+    assert [t.sums for t in made] == [1 + tuning.ROUNDS * sums] * len(tuning.CANDIDATES)
+    assert seconds == pytest.approx([max(one_sum, other)] * len(tuning.CANDIDATES))
+    # the same calls on every worker: the first pass's times, then the measured table
+    assert gathered == [len(tuning.CANDIDATES), tuning.ROUNDS * len(tuning.CANDIDATES)]
+    assert all(t.exchange.order.measured is False for t in made)
