@@ -43,13 +43,14 @@ WITHIN = 1.02
 # A measurement is several sums back to back where one sum is quick, its time per sum: one
 # quick sum is noisy, and its ramp (its first chunk waits for a push, its last for a pull),
 # which a training step's many layers fill, weighs most on large chunks. On 1 Gbit/s links (a
-# server beside each worker) one sum of 8 MiB took about 95 ms, 128 to 512 KiB came within 2.5
-# to 6% of each other in no steady order, and single sums chose 128 KiB in 6 of 19 jobs of
-# ResNet-18 v1 (benchmarks/results/peers_resnet18_1gbit.json, ..._1gbit_probe.json), whose
-# epochs were 7 to 13% longer than the 512 KiB jobs' at 2 and 3 workers; with several sums a
-# measurement, in 1 of 15 (peers_resnet18_1gbit_sums.json). So a measurement is as many sums
-# as take about MEASURE_S by the slowest worker's unmeasured pass, up to MOST_SUMS: one where a
-# sum takes 0.27 s or more, as an 8 MiB probe does on 200 Mbit/s links (not a smaller probe).
+# server beside each worker) one sum of 8 MiB took about 95 ms at 3 workers, 128 to 512 KiB
+# came within 2.5 to 6% of each other (512 KiB never the fastest), and single sums chose 128
+# KiB in 6 of 19 jobs of ResNet-18 v1 (benchmarks/results/peers_resnet18_1gbit.json,
+# ..._1gbit_probe.json), whose epochs were 8 to 14% longer than the 512 KiB jobs' at 2 and 3
+# workers; with several sums a measurement, in 1 of 15 (peers_resnet18_1gbit_sums.json). So a
+# measurement is as many sums as take about MEASURE_S by the unmeasured pass (each size's
+# slowest worker, averaged over the sizes), up to MOST_SUMS: one where a sum takes about 0.27
+# s or more, as an 8 MiB probe does on 200 Mbit/s links from 3 workers.
 MEASURE_S = 0.4
 MOST_SUMS = 4
 
