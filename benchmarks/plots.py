@@ -193,7 +193,8 @@ def links(results, path):
 
 
 # the runs of real models at both sides' defaults, 5 alternating rounds each
-MODEL_RUNS = ("peers_resnet18_order5.json", "peers_mobilenet_rounds5.json", "peers_mlp_rounds5.json")
+MODEL_RUNS = ("peers_resnet18_order5.json", "peers_mobilenet_rounds5.json",
+              "peers_mlp_rounds5.json")
 
 
 def models(results, path):

@@ -4,10 +4,10 @@
 (the LSTM's 4 KiB) so that every net has chunked gradients: first in backward's order
 throughout (no step timed), then as the job chooses (steps 3 and 4 timed), with the head set
 to 40% of the chunked bytes after the measurement, so that the steps after it send in the
-mixed order whatever this machine measured. Worker 0 writes each run's arrays to OUT_DIR/params.<run>.npz, and every worker the
-heads it measured (one line a trainer) to OUT_DIR/heads.<run>.<rank> and the parameters each
-trainer's last step issued, in the order it issued them (a fused bucket as its first member),
-to OUT_DIR/issued.<run>.<rank>.json.
+mixed order whatever this machine measured. Worker 0 writes each run's arrays to
+OUT_DIR/params.<run>.npz, and every worker the heads it measured (one line a trainer) to
+OUT_DIR/heads.<run>.<rank> and the parameters each trainer's last step issued, in the order
+it issued them (a fused bucket as its first member), to OUT_DIR/issued.<run>.<rank>.json.
 """
 import json
 import os
